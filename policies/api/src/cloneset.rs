@@ -208,14 +208,18 @@ impl KruiseObject for CloneSet {
         spec.replicas.get_or_insert(1);
         spec.revision_history_limit.get_or_insert(10);
         let strategy = spec.update_strategy.get_or_insert_with(Default::default);
-        let type_ = *strategy.type_.get_or_insert(CloneSetUpdateStrategyType::ReCreate);
+        let type_ = *strategy
+            .type_
+            .get_or_insert(CloneSetUpdateStrategyType::ReCreate);
         strategy.partition.get_or_insert(IntOrString::Int(0));
         strategy
             .max_unavailable
             .get_or_insert_with(|| IntOrString::String("20%".to_owned()));
         strategy.max_surge.get_or_insert(IntOrString::Int(0));
         if type_ != CloneSetUpdateStrategyType::ReCreate {
-            strategy.in_place_update_strategy.get_or_insert_with(Default::default);
+            strategy
+                .in_place_update_strategy
+                .get_or_insert_with(Default::default);
         }
     }
 }

@@ -5,12 +5,19 @@
 pub mod cloneset;
 pub mod common;
 pub mod containerrecreaterequest;
+pub mod crd;
 pub mod imagepulljob;
 pub mod nodeimage;
 pub mod object;
+pub mod pod_defaults;
 pub mod resourcedistribution;
 pub mod schema;
 pub mod sidecarset;
 
 pub use cloneset::CloneSet;
+pub use containerrecreaterequest::ContainerRecreateRequest;
+pub use imagepulljob::ImagePullJob;
+pub use nodeimage::NodeImage;
 pub use object::{KruiseObject, ParseError, Strictness, from_value, from_yaml, parse_object};
+pub use resourcedistribution::ResourceDistribution;
+pub use sidecarset::SidecarSet;

@@ -20,6 +20,7 @@ pub trait KruiseObject:
     + Serialize
     + DeserializeOwned
     + Clone
+    + PartialEq
     + std::fmt::Debug
 {
     /// Fill in what OpenKruise's mutating webhook defaults on create.
@@ -84,7 +85,7 @@ pub fn from_value<T: DeserializeOwned>(
     strictness: Strictness,
 ) -> Result<T, ParseError> {
     let mut unknown = Vec::new();
-    let mut record_unknown = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
+    let mut record_unknown = |path: serde_ignored::Path<'_>| unknown.push(readable_path(&path));
     let tracked = serde_ignored::Deserializer::new(document, &mut record_unknown);
     let parsed: Result<T, _> = serde_path_to_error::deserialize(tracked);
     let value = parsed.map_err(|e| ParseError::Field {
@@ -95,6 +96,15 @@ pub fn from_value<T: DeserializeOwned>(
         return Err(ParseError::UnknownFields(unknown));
     }
     Ok(value)
+}
+
+/// serde_ignored writes a `?` segment where an `Option` was entered.
+fn readable_path(path: &serde_ignored::Path<'_>) -> String {
+    let text = path.to_string();
+    text.split('.')
+        .filter(|segment| *segment != "?")
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// Check the `apiVersion` and `kind` a document claims against the type it is
@@ -145,6 +155,15 @@ macro_rules! kruise_kind {
                     spec,
                     status: None,
                 }
+            }
+        }
+
+        impl $crate::crd::Schemas for $kind {
+            fn spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                generator.subschema_for::<$spec>()
+            }
+            fn status_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                generator.subschema_for::<$status>()
             }
         }
 

@@ -60,11 +60,27 @@ pub fn label_selector(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// A `corev1.LocalObjectReference` (image pull secrets).
-pub fn local_object_reference(_: &mut SchemaGenerator) -> Schema {
+/// A list of `corev1.LocalObjectReference` (image pull secrets).
+pub fn local_object_references(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": { "name": { "type": "string", "default": "" } },
+            "x-kubernetes-map-type": "atomic"
+        }
+    })
+}
+
+/// `corev1.ObjectFieldSelector` (a downward-API field reference).
+pub fn object_field_selector(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
-        "properties": { "name": { "type": "string", "default": "" } },
+        "properties": {
+            "apiVersion": { "type": "string" },
+            "fieldPath": { "type": "string" }
+        },
+        "required": ["fieldPath"],
         "x-kubernetes-map-type": "atomic"
     })
 }
