@@ -1,0 +1,7 @@
+//! Pure decisions over plain data, shared by the wasm policies, the webhook
+//! host, the controllers and the JS package. No I/O, no clocks, no threads:
+//! time and cluster state are passed in.
+
+pub mod launch_priority;
+pub mod selector;
+pub mod sidecarset;
