@@ -211,6 +211,8 @@ macro_rules! kruise_kind {
                     kind: Option<String>,
                     #[serde(default)]
                     metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+                    // OpenKruise's CRDs do not require a spec either.
+                    #[serde(default)]
                     spec: $spec,
                     status: Option<$status>,
                 }
