@@ -18,6 +18,8 @@ pub use cloneset::CloneSet;
 pub use containerrecreaterequest::ContainerRecreateRequest;
 pub use imagepulljob::ImagePullJob;
 pub use nodeimage::NodeImage;
-pub use object::{KruiseObject, ParseError, Strictness, from_value, from_yaml, parse_object};
+pub use object::{
+    KruiseObject, ParseError, Strictness, from_value, from_yaml, object_from_value, parse_object,
+};
 pub use resourcedistribution::ResourceDistribution;
 pub use sidecarset::SidecarSet;

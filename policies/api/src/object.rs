@@ -60,12 +60,20 @@ pub fn from_yaml<T: DeserializeOwned>(text: &str, strictness: Strictness) -> Res
 /// Parse a YAML or JSON document into a kruise kind, checking first that the
 /// document claims to be that kind.
 pub fn parse_object<T: KruiseObject>(text: &str, strictness: Strictness) -> Result<T, ParseError> {
-    let document = yaml_document(text)?;
+    object_from_value(yaml_document(text)?, strictness)
+}
+
+/// Read an already parsed document as a kruise kind, checking first that
+/// the document claims to be that kind.
+pub fn object_from_value<T: KruiseObject>(
+    document: serde_json::Value,
+    strictness: Strictness,
+) -> Result<T, ParseError> {
     let claimed = |key: &str| document.get(key).and_then(serde_json::Value::as_str);
-    check_type_meta(claimed("apiVersion"), claimed("kind"), T::KIND).map_err(|message| {
+    check_type_meta(claimed("apiVersion"), claimed("kind"), T::KIND).map_err(|found| {
         ParseError::WrongType {
             expected: format!("{API_VERSION} {}", T::KIND),
-            found: message,
+            found,
         }
     })?;
     from_value(document, strictness)

@@ -103,7 +103,13 @@ fn malformed_yaml_is_a_syntax_error() {
 
 #[test]
 fn a_missing_spec_is_an_empty_one_as_in_openkruises_crds() {
-    let node_image: kruise_api::NodeImage =
-        parse_object("kind: NodeImage\nmetadata: {name: node-1}\n", Strictness::Strict).unwrap();
-    assert_eq!(node_image.spec, kruise_api::nodeimage::NodeImageSpec::default());
+    let node_image: kruise_api::NodeImage = parse_object(
+        "kind: NodeImage\nmetadata: {name: node-1}\n",
+        Strictness::Strict,
+    )
+    .unwrap();
+    assert_eq!(
+        node_image.spec,
+        kruise_api::nodeimage::NodeImageSpec::default()
+    );
 }

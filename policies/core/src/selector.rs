@@ -191,6 +191,12 @@ fn expression_requirement(
     }
 }
 
+/// Whether `key` is a valid qualified name (`[prefix/]name`), the syntax of
+/// label and annotation keys.
+pub(crate) fn is_qualified_name(key: &str) -> bool {
+    validate_key(key).is_ok()
+}
+
 /// A label key is a qualified name: `[prefix/]name`, the prefix a DNS
 /// subdomain of at most 253 characters, the name at most 63 characters.
 fn validate_key(key: &str) -> Result<(), SelectorError> {

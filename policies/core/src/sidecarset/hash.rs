@@ -1,0 +1,217 @@
+//! The SidecarSet hashes (spec 01 §2): what tells the controller a pod's
+//! sidecars are outdated.
+
+use std::collections::BTreeMap;
+
+use kruise_api::SidecarSet;
+use kruise_api::sidecarset::{SidecarContainer, SidecarSetSpec};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::annotations::{HASH_ANNOTATION, HASH_WITHOUT_IMAGE_ANNOTATION};
+
+/// Kubernetes' `rand.SafeEncodeString` alphabet: no vowels, no look-alikes.
+const SAFE_ALPHABET: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// What is hashed. Field order equals Go's sorted map keys.
+#[derive(Serialize)]
+struct Hashed<'a> {
+    containers: &'a [SidecarContainer],
+    #[serde(rename = "initContainers", skip_serializing_if = "Option::is_none")]
+    init_containers: Option<&'a [SidecarContainer]>,
+}
+
+/// `(hash, hash without images)` of a (defaulted) SidecarSet spec.
+///
+/// The input is the JSON of `{"containers": …}`, plus `"initContainers"`
+/// (all of them) when any init container is a native sidecar
+/// (`restartPolicy: Always`); the second hash blanks every `image` first.
+/// The 64 hex digits of the SHA-256 are mapped onto a 27-letter alphabet.
+/// So volumes, pull secrets, selectors, strategies and patchPodMetadata do
+/// not affect it, nor do init containers when none is a native sidecar.
+///
+/// The JSON is serde's rendering of our types, so the values are stable
+/// across our builds but not byte-equal to OpenKruise's (Go's field order
+/// differs); only equality between hashes we computed is meaningful.
+pub fn sidecarset_hashes(spec: &SidecarSetSpec) -> (String, String) {
+    let with_image = hash_containers(&spec.containers, &spec.init_containers);
+    let blank = |containers: &[SidecarContainer]| -> Vec<SidecarContainer> {
+        containers
+            .iter()
+            .cloned()
+            .map(|mut c| {
+                c.container.image = None;
+                c
+            })
+            .collect()
+    };
+    let without_image = hash_containers(&blank(&spec.containers), &blank(&spec.init_containers));
+    (with_image, without_image)
+}
+
+/// Write both hash annotations onto a SidecarSet, as OpenKruise's SidecarSet
+/// mutating webhook does after defaulting (call `set_defaults` first).
+pub fn stamp_hashes(sidecar_set: &mut SidecarSet) {
+    let (hash, without_image) = sidecarset_hashes(&sidecar_set.spec);
+    let annotations = sidecar_set
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(HASH_ANNOTATION.to_owned(), hash);
+    annotations.insert(HASH_WITHOUT_IMAGE_ANNOTATION.to_owned(), without_image);
+}
+
+fn hash_containers(
+    containers: &[SidecarContainer],
+    init_containers: &[SidecarContainer],
+) -> String {
+    let hashed = Hashed {
+        containers,
+        init_containers: init_containers
+            .iter()
+            .any(SidecarContainer::is_native_sidecar)
+            .then_some(init_containers),
+    };
+    // Plain structs with string-keyed maps always serialize.
+    let json = serde_json::to_vec(&hashed).unwrap_or_default();
+    safe_encode(&hex(&Sha256::digest(&json)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes
+        .iter()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0x0f)]])
+        .map(char::from)
+        .collect()
+}
+
+fn safe_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| char::from(SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Volume};
+    use kruise_api::sidecarset::SidecarContainer;
+
+    use super::*;
+
+    fn sidecar(name: &str, image: &str) -> SidecarContainer {
+        SidecarContainer {
+            container: Container {
+                name: name.to_owned(),
+                image: Some(image.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn native(mut sidecar: SidecarContainer) -> SidecarContainer {
+        sidecar.container.restart_policy = Some("Always".to_owned());
+        sidecar
+    }
+
+    fn spec(containers: Vec<SidecarContainer>) -> SidecarSetSpec {
+        SidecarSetSpec {
+            containers,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn safe_encode_maps_hex_digits_onto_the_alphabet() {
+        // '0' is byte 48, 48 % 27 = 21 → '4'; 'a' is 97, 97 % 27 = 16 → 'v'.
+        assert_eq!(safe_encode("0123456789abcdef"), "456789bcdfvwxz24");
+    }
+
+    #[test]
+    fn hash_of_known_json() {
+        // echo -n '{"containers":[{"image":"a:1","name":"a"}]}' | sha256sum, then
+        // each hex digit mapped through the alphabet (computed outside this crate).
+        let (hash, _) = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
+        assert_eq!(hash, EXPECTED_A1);
+        // Without the image the JSON is {"containers":[{"name":"a"}]}.
+        let (_, without_image) = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
+        assert_eq!(without_image, EXPECTED_A_NO_IMAGE);
+    }
+
+    const EXPECTED_A1: &str = "655cx975xw5bxzcx2xw4x8xf7524vbvvdfwcd888zbx5d8w9f4z742xxzb46w7x9";
+    const EXPECTED_A_NO_IMAGE: &str =
+        "b2z7dvczvw95d752zfc28845564vf7bw4zvb425xv6bv7b8df54f7fw75897bxvc";
+
+    #[test]
+    fn hashes_are_64_safe_characters() {
+        let (hash, without_image) = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
+        for h in [&hash, &without_image] {
+            assert_eq!(h.len(), 64);
+            assert!(h.bytes().all(|b| SAFE_ALPHABET.contains(&b)), "{h}");
+        }
+        assert_ne!(hash, without_image);
+    }
+
+    #[test]
+    fn image_change_alters_only_the_full_hash() {
+        let old = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
+        let new = sidecarset_hashes(&spec(vec![sidecar("a", "a:2")]));
+        assert_ne!(old.0, new.0);
+        assert_eq!(old.1, new.1);
+    }
+
+    #[test]
+    fn other_container_fields_alter_both() {
+        let old = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
+        let mut changed = sidecar("a", "a:1");
+        changed.container.command = Some(vec!["sleep".to_owned()]);
+        let new = sidecarset_hashes(&spec(vec![changed]));
+        assert_ne!(old.0, new.0);
+        assert_ne!(old.1, new.1);
+    }
+
+    #[test]
+    fn fields_outside_the_containers_do_not_alter_it() {
+        let base = spec(vec![sidecar("a", "a:1")]);
+        let mut other = base.clone();
+        other.volumes = vec![Volume {
+            name: "v".to_owned(),
+            ..Default::default()
+        }];
+        other.image_pull_secrets = vec![LocalObjectReference {
+            name: "s".to_owned(),
+        }];
+        other.init_containers = vec![sidecar("init", "busybox")];
+        other.namespace = Some("ns".to_owned());
+        assert_eq!(sidecarset_hashes(&base), sidecarset_hashes(&other));
+    }
+
+    #[test]
+    fn a_native_sidecar_brings_all_init_containers_into_the_hash() {
+        let mut with_native = spec(vec![sidecar("a", "a:1")]);
+        with_native.init_containers = vec![native(sidecar("proxy", "p:1")), sidecar("init", "i:1")];
+        let mut plain_init_changed = with_native.clone();
+        plain_init_changed.init_containers[1].container.image = Some("i:2".to_owned());
+        assert_ne!(
+            sidecarset_hashes(&with_native).0,
+            sidecarset_hashes(&plain_init_changed).0
+        );
+        assert_ne!(
+            sidecarset_hashes(&with_native).0,
+            sidecarset_hashes(&spec(vec![sidecar("a", "a:1")])).0
+        );
+    }
+
+    #[test]
+    fn stamp_writes_both_annotations() {
+        let mut sidecar_set = SidecarSet::new("s", spec(vec![sidecar("a", "a:1")]));
+        stamp_hashes(&mut sidecar_set);
+        let (hash, without_image) = sidecarset_hashes(&sidecar_set.spec);
+        let annotations = sidecar_set.metadata.annotations.unwrap();
+        assert_eq!(annotations[HASH_ANNOTATION], hash);
+        assert_eq!(annotations[HASH_WITHOUT_IMAGE_ANNOTATION], without_image);
+    }
+}

@@ -1,0 +1,152 @@
+//! Kubewarden policy: OpenKruise's container launch priority. On Pod CREATE
+//! every container is gated on its priority's key in the `<pod>-barrier`
+//! ConfigMap; everything else is accepted unchanged. Takes no settings.
+
+use kruise_core::launch_priority::{self, NAME_SUFFIX_ALPHABET};
+use kruise_policy_support::{Outcome, pod_to_create, read_request, read_settings};
+use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+use serde::{Deserialize, Serialize};
+
+/// The policy takes no settings; any given are refused.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {}
+
+/// The decision for one admission request. `name_suffix` names a pod that
+/// only has `generateName`.
+pub fn evaluate(request: &KubernetesAdmissionRequest, name_suffix: &str) -> Outcome {
+    let pod = match pod_to_create(request) {
+        Ok(Some(pod)) => pod,
+        Ok(None) => return Outcome::Accept,
+        Err(message) => return Outcome::bad_request(message),
+    };
+    match launch_priority::apply(&pod, name_suffix) {
+        Ok(None) => Outcome::Accept,
+        Ok(Some(mutated)) => match serde_json::to_value(mutated) {
+            Ok(object) => Outcome::Mutate(object),
+            Err(e) => Outcome::bad_request(format!("cannot write the pod: {e}")),
+        },
+        Err(e) => Outcome::bad_request(e.to_string()),
+    }
+}
+
+/// The `validate` waPC operation.
+pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let outcome = match read_request::<Settings>(payload) {
+        Ok(request) => evaluate(&request.request, &random_name_suffix()),
+        Err(message) => Outcome::bad_request(message),
+    };
+    outcome.into_payload().map_err(|e| e.to_string())
+}
+
+/// The `validate_settings` waPC operation.
+pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let response = match read_settings::<Settings>(payload) {
+        Ok(Settings {}) => serde_json::json!({ "valid": true, "message": null }),
+        Err(message) => serde_json::json!({ "valid": false, "message": message }),
+    };
+    serde_json::to_vec(&response).map_err(|e| e.to_string())
+}
+
+/// Five characters of Kubernetes' name alphabet. std's hasher keys come from
+/// the platform's randomness (WASI `random_get` in the policy), which is all
+/// a generated name needs.
+fn random_name_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let alphabet = NAME_SUFFIX_ALPHABET.as_bytes();
+    let radix = alphabet.len() as u64;
+    (0..5)
+        .map(|_| {
+            #[allow(clippy::cast_possible_truncation)] // the remainder is below 27
+            let index = (bits % radix) as usize;
+            bits /= radix;
+            char::from(alphabet[index])
+        })
+        .collect()
+}
+
+#[cfg(target_arch = "wasm32")]
+mod guest {
+    use kubewarden_policy_sdk::wapc_guest as guest;
+
+    /// The host calls this export to let the guest register its operations.
+    #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
+    #[unsafe(no_mangle)]
+    pub extern "C" fn wapc_init() {
+        guest::register_function("validate", |payload| Ok(super::validate(payload)?));
+        guest::register_function("validate_settings", |payload| {
+            Ok(super::validate_settings(payload)?)
+        });
+        guest::register_function(
+            "protocol_version",
+            kubewarden_policy_sdk::protocol_version_guest,
+        );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod_create(object: &serde_json::Value) -> KubernetesAdmissionRequest {
+        serde_json::from_value(json!({
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE", "object": object
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn random_suffixes_are_valid_names() {
+        let suffix = random_name_suffix();
+        assert_eq!(suffix.len(), 5);
+        assert!(
+            suffix.chars().all(|c| NAME_SUFFIX_ALPHABET.contains(c)),
+            "{suffix}"
+        );
+    }
+
+    #[test]
+    fn an_ordered_pod_is_mutated() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {"apps.kruise.io/container-launch-priority": "Ordered"}},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        let Outcome::Mutate(object) = evaluate(&pod_create(&pod), "bbbbb") else {
+            panic!("expected a mutation");
+        };
+        let key = &object["spec"]["containers"][1]["env"][0]["valueFrom"]["configMapKeyRef"];
+        assert_eq!(key, &json!({"name": "p-barrier", "key": "p_-1"}));
+    }
+
+    #[test]
+    fn a_bad_priority_is_rejected_with_its_reason() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "x"}]}]}});
+        let outcome = evaluate(&pod_create(&pod), "bbbbb");
+        assert_eq!(
+            outcome,
+            Outcome::bad_request("container b: KRUISE_CONTAINER_PRIORITY=\"x\" is not an integer")
+        );
+    }
+
+    #[test]
+    fn settings_are_refused() {
+        let response: serde_json::Value =
+            serde_json::from_slice(&validate_settings(b"{\"x\": 1}").unwrap()).unwrap();
+        assert_eq!(response["valid"], false);
+        assert!(
+            response["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown field `x`")
+        );
+        let response: serde_json::Value =
+            serde_json::from_slice(&validate_settings(b"{}").unwrap()).unwrap();
+        assert_eq!(response["valid"], true);
+    }
+}

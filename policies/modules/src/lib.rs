@@ -1,0 +1,24 @@
+//! The kruise-wasm Kubewarden policies as annotated `wasm32-wasip1` modules,
+//! built by this crate's build script from the policy crates.
+
+/// One policy module.
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyModule {
+    /// The name used for files and policy ids, e.g. `launch-priority`.
+    pub name: &'static str,
+    /// The module with its `io.kubewarden.metadata` section.
+    pub wasm: &'static [u8],
+}
+
+pub const SIDECARSET: PolicyModule = PolicyModule {
+    name: "sidecarset",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/sidecarset.wasm")),
+};
+
+pub const LAUNCH_PRIORITY: PolicyModule = PolicyModule {
+    name: "launch-priority",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/launch-priority.wasm")),
+};
+
+/// Every policy module.
+pub const ALL: &[PolicyModule] = &[SIDECARSET, LAUNCH_PRIORITY];

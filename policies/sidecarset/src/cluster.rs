@@ -1,0 +1,127 @@
+//! Reading SidecarSets, namespaces and revisions from the cluster through
+//! Kubewarden's host capabilities.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kruise_api::{SidecarSet, Strictness, object_from_value};
+use serde_json::{Value, json};
+
+/// Where OpenKruise keeps SidecarSet ControllerRevisions.
+pub const KRUISE_NAMESPACE: &str = "kruise-system";
+const SIDECARSET_NAME_LABEL: &str = "kruise.io/sidecarset-name";
+
+/// The cluster state injection reads.
+pub trait Cluster {
+    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String>;
+    fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String>;
+    fn sidecar_set_revisions(&self, sidecar_set: &str) -> Result<Vec<ControllerRevision>, String>;
+}
+
+/// No cluster: only inline settings work.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoCluster;
+
+impl Cluster for NoCluster {
+    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String> {
+        Err("no sidecarSets in the settings and no cluster to read them from".to_owned())
+    }
+    fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
+        Err(format!("no cluster to read namespace {namespace} from"))
+    }
+    fn sidecar_set_revisions(&self, sidecar_set: &str) -> Result<Vec<ControllerRevision>, String> {
+        Err(format!(
+            "no cluster to read the revisions of SidecarSet {sidecar_set} from"
+        ))
+    }
+}
+
+/// Reads a Kubernetes `List` answer into objects of one type.
+pub fn list_items<T>(
+    list: &Value,
+    read: impl Fn(Value) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let items = list
+        .get("items")
+        .and_then(Value::as_array)
+        .ok_or("the host's answer is not a Kubernetes List")?;
+    items.iter().cloned().map(read).collect()
+}
+
+pub fn read_sidecar_set(item: Value) -> Result<SidecarSet, String> {
+    let name = item["metadata"]["name"]
+        .as_str()
+        .unwrap_or("unnamed")
+        .to_owned();
+    object_from_value(item, Strictness::Lenient).map_err(|e| format!("SidecarSet {name}: {e}"))
+}
+
+/// The requests the guest sends, kept apart from the host call so they can
+/// be checked natively.
+pub mod requests {
+    use super::{KRUISE_NAMESPACE, SIDECARSET_NAME_LABEL, Value, json};
+
+    pub fn list_sidecar_sets() -> Value {
+        json!({"api_version": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+               "label_selector": null, "field_selector": null, "field_masks": null})
+    }
+
+    pub fn get_namespace(name: &str) -> Value {
+        json!({"api_version": "v1", "kind": "Namespace", "name": name, "namespace": null,
+               "disable_cache": false, "field_masks": null})
+    }
+
+    pub fn list_revisions(sidecar_set: &str) -> Value {
+        json!({"api_version": "apps/v1", "kind": "ControllerRevision",
+               "namespace": KRUISE_NAMESPACE,
+               "label_selector": format!("{SIDECARSET_NAME_LABEL}={sidecar_set}"),
+               "field_selector": null, "field_masks": null})
+    }
+}
+
+/// The cluster as the Kubewarden host serves it.
+#[cfg(target_arch = "wasm32")]
+#[derive(Clone, Copy, Debug)]
+pub struct HostCluster;
+
+#[cfg(target_arch = "wasm32")]
+impl HostCluster {
+    fn call(operation: &str, request: &Value) -> Result<Value, String> {
+        let payload = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let answer = kubewarden_policy_sdk::wapc_guest::host_call(
+            "kubewarden",
+            "kubernetes",
+            operation,
+            &payload,
+        )
+        .map_err(|e| format!("kubernetes/{operation}: {e}"))?;
+        serde_json::from_slice(&answer).map_err(|e| format!("kubernetes/{operation}: {e}"))
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl Cluster for HostCluster {
+    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String> {
+        let list = Self::call("list_resources_all", &requests::list_sidecar_sets())?;
+        list_items(&list, read_sidecar_set)
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
+        let object = Self::call("get_resource", &requests::get_namespace(namespace))?;
+        match &object["metadata"]["labels"] {
+            Value::Null => Ok(BTreeMap::new()),
+            labels => serde_json::from_value(labels.clone())
+                .map_err(|e| format!("namespace {namespace}: labels: {e}")),
+        }
+    }
+
+    fn sidecar_set_revisions(&self, sidecar_set: &str) -> Result<Vec<ControllerRevision>, String> {
+        let list = Self::call(
+            "list_resources_by_namespace",
+            &requests::list_revisions(sidecar_set),
+        )?;
+        list_items(&list, |item| {
+            serde_json::from_value(item).map_err(|e| e.to_string())
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! Kubewarden policy: OpenKruise's SidecarSet injection. On Pod CREATE the
+//! matching SidecarSets are injected (kruise-core does the work); every
+//! other request is accepted unchanged.
+
+pub mod cluster;
+mod settings;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kruise_api::SidecarSet;
+use kruise_core::sidecarset::{InjectionContext, inject};
+use kruise_policy_support::{Outcome, pod_to_create, read_settings};
+use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+
+pub use cluster::{Cluster, NoCluster};
+pub use settings::{Settings, prepare};
+
+/// What the decision needs from outside: the time, a random draw (for the
+/// `Partial` revision policy) and the cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Environment<'a, C: Cluster> {
+    /// RFC 3339, written as the hash records' `updateTimestamp`.
+    pub now: &'a str,
+    pub random_draw: f64,
+    pub cluster: &'a C,
+}
+
+/// The decision for one admission request.
+pub fn evaluate<C: Cluster>(
+    request: &KubernetesAdmissionRequest,
+    settings: &Settings,
+    environment: &Environment<'_, C>,
+) -> Outcome {
+    let pod = match pod_to_create(request) {
+        Ok(Some(pod)) => pod,
+        Ok(None) => return Outcome::Accept,
+        Err(message) => return Outcome::bad_request(message),
+    };
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| Some(request.namespace.clone()).filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "default".to_owned());
+    let state = match ClusterState::read(settings, &namespace, environment.cluster) {
+        Ok(state) => state,
+        Err(message) => {
+            return Outcome::Reject { message, code: 500 };
+        }
+    };
+    let context = InjectionContext {
+        sidecar_sets: &state.sidecar_sets,
+        namespace_labels: state.namespace_labels.as_ref(),
+        request_namespace: Some(&request.namespace)
+            .filter(|n| !n.is_empty())
+            .map(String::as_str),
+        now: environment.now,
+        revisions: &state.revisions,
+        random_draw: Some(environment.random_draw),
+    };
+    match inject(&pod, &context) {
+        Ok(injection) if injection.sidecar_sets.is_empty() => Outcome::Accept,
+        Ok(injection) => match serde_json::to_value(injection.pod) {
+            Ok(object) => Outcome::Mutate(object),
+            Err(e) => Outcome::bad_request(format!("cannot write the pod: {e}")),
+        },
+        Err(e) => Outcome::bad_request(e.to_string()),
+    }
+}
+
+/// What injection reads: from the settings, or from the cluster.
+struct ClusterState {
+    sidecar_sets: Vec<SidecarSet>,
+    namespace_labels: Option<BTreeMap<String, String>>,
+    revisions: Vec<ControllerRevision>,
+}
+
+impl ClusterState {
+    fn read<C: Cluster>(settings: &Settings, namespace: &str, cluster: &C) -> Result<Self, String> {
+        if let Some(inline) = settings.inline_sidecar_sets() {
+            return Ok(Self {
+                sidecar_sets: inline?,
+                namespace_labels: settings
+                    .namespace_labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(namespace))
+                    .cloned(),
+                revisions: Vec::new(),
+            });
+        }
+        let sidecar_sets: Vec<SidecarSet> =
+            cluster.sidecar_sets()?.into_iter().map(prepare).collect();
+        let needs_namespace = sidecar_sets
+            .iter()
+            .any(|s| s.spec.namespace_selector.is_some());
+        let namespace_labels = if needs_namespace {
+            Some(cluster.namespace_labels(namespace)?)
+        } else {
+            None
+        };
+        let mut revisions = Vec::new();
+        for sidecar_set in &sidecar_sets {
+            let wants_revision = sidecar_set
+                .spec
+                .injection_strategy
+                .as_ref()
+                .is_some_and(|s| s.revision.is_some());
+            if let (true, Some(name)) = (wants_revision, &sidecar_set.metadata.name) {
+                revisions.extend(cluster.sidecar_set_revisions(name)?);
+            }
+        }
+        Ok(Self {
+            sidecar_sets,
+            namespace_labels,
+            revisions,
+        })
+    }
+}
+
+/// The `validate_settings` waPC operation.
+pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let verdict = read_settings::<Settings>(payload).and_then(|settings| settings.validate());
+    let response = match verdict {
+        Ok(()) => serde_json::json!({ "valid": true, "message": null }),
+        Err(message) => serde_json::json!({ "valid": false, "message": message }),
+    };
+    serde_json::to_vec(&response).map_err(|e| e.to_string())
+}
+
+#[cfg(target_arch = "wasm32")]
+mod guest {
+    use kruise_policy_support::{Outcome, read_request};
+    use kubewarden_policy_sdk::wapc_guest as guest;
+
+    use crate::cluster::HostCluster;
+    use crate::{Environment, Settings, evaluate};
+
+    /// The host calls this export to let the guest register its operations.
+    #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
+    #[unsafe(no_mangle)]
+    pub extern "C" fn wapc_init() {
+        guest::register_function("validate", |payload| Ok(validate(payload)?));
+        guest::register_function("validate_settings", |payload| {
+            Ok(crate::validate_settings(payload)?)
+        });
+        guest::register_function(
+            "protocol_version",
+            kubewarden_policy_sdk::protocol_version_guest,
+        );
+    }
+
+    fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
+        let outcome = match read_request::<Settings>(payload) {
+            Ok(request) => {
+                let now = crate::clock::now_rfc3339();
+                let environment = Environment {
+                    now: &now,
+                    random_draw: crate::clock::random_unit(),
+                    cluster: &HostCluster,
+                };
+                evaluate(&request.request, &request.settings, &environment)
+            }
+            Err(message) => Outcome::bad_request(message),
+        };
+        outcome.into_payload().map_err(|e| e.to_string())
+    }
+}
+
+/// The time and randomness the guest takes from WASI.
+pub mod clock {
+    /// Now, to the second, as Kubernetes writes times.
+    pub fn now_rfc3339() -> String {
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let seconds = i64::try_from(seconds).unwrap_or(i64::MAX);
+        k8s_openapi::jiff::Timestamp::from_second(seconds)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    }
+
+    /// A uniform draw from `[0, 1)`; std's hasher keys come from the
+    /// platform's randomness (WASI `random_get` in the policy).
+    pub fn random_unit() -> f64 {
+        use std::hash::{BuildHasher, Hasher};
+        let bits = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        // 53 random bits fill an f64's mantissa exactly.
+        #[allow(clippy::cast_precision_loss)]
+        let unit = (bits >> 11) as f64 / (1u64 << 53) as f64;
+        unit
+    }
+}

@@ -1,0 +1,191 @@
+//! What every kruise-wasm policy does around its decision: read the waPC
+//! payload within a size limit, pick out the requests it acts on, and
+//! answer in Kubewarden's response shapes.
+
+use k8s_openapi::api::core::v1::Pod;
+use kubewarden_policy_sdk::request::{KubernetesAdmissionRequest, ValidationRequest};
+use kubewarden_policy_sdk::response::ValidationResponse;
+use serde::de::DeserializeOwned;
+
+/// The largest request a policy reads. etcd keeps objects under 1.5 MiB; a
+/// request carries at most the object and its old version, plus settings.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// How much of a bad payload an error message quotes.
+const QUOTE_BYTES: usize = 200;
+
+/// HTTP status a rejection carries for input the policy cannot use.
+pub const BAD_REQUEST: u16 = 400;
+
+/// Parse the `validate` payload; the error is a message for the user.
+pub fn read_request<S: Default + DeserializeOwned>(
+    payload: &[u8],
+) -> Result<ValidationRequest<S>, String> {
+    check_size(payload)?;
+    serde_json::from_slice(payload).map_err(|e| {
+        format!(
+            "cannot read the validation request: {e} (starts with {})",
+            quote(payload)
+        )
+    })
+}
+
+/// Parse the `validate_settings` payload; the error is a message for the user.
+pub fn read_settings<S: DeserializeOwned>(payload: &[u8]) -> Result<S, String> {
+    check_size(payload)?;
+    serde_json::from_slice(payload).map_err(|e| format!("invalid settings: {e}"))
+}
+
+fn check_size(payload: &[u8]) -> Result<(), String> {
+    if payload.len() > MAX_REQUEST_BYTES {
+        return Err(format!(
+            "the request is {} bytes, more than the {MAX_REQUEST_BYTES} this policy reads",
+            payload.len()
+        ));
+    }
+    Ok(())
+}
+
+fn quote(payload: &[u8]) -> String {
+    let shown = &payload[..payload.len().min(QUOTE_BYTES)];
+    format!("{:?}", String::from_utf8_lossy(shown))
+}
+
+/// The pod of a Pod CREATE request, `None` for any other request (which a
+/// pod mutation accepts unchanged), or an error when the request claims to
+/// create a pod but its object is not one.
+pub fn pod_to_create(request: &KubernetesAdmissionRequest) -> Result<Option<Pod>, String> {
+    let creates_pod = request.kind.kind == "Pod"
+        && request.kind.group.is_empty()
+        && request.operation == "CREATE"
+        && request.sub_resource.is_empty();
+    if !creates_pod {
+        return Ok(None);
+    }
+    if request
+        .object
+        .get("kind")
+        .and_then(serde_json::Value::as_str)
+        != Some("Pod")
+    {
+        return Err("the request creates a Pod but its object is not a v1 Pod".to_owned());
+    }
+    serde_json::from_value(request.object.clone())
+        .map(Some)
+        .map_err(|e| format!("the object is not a valid Pod: {e}"))
+}
+
+/// What a policy decided.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    Accept,
+    /// Accept with this object in place of the request's.
+    Mutate(serde_json::Value),
+    Reject {
+        message: String,
+        code: u16,
+    },
+}
+
+impl Outcome {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Outcome::Reject {
+            message: message.into(),
+            code: BAD_REQUEST,
+        }
+    }
+
+    /// The response the guest hands to the host (Kubewarden's snake_case
+    /// `ValidationResponse`).
+    pub fn into_response(self) -> ValidationResponse {
+        let (accepted, message, code, mutated_object) = match self {
+            Outcome::Accept => (true, None, None, None),
+            Outcome::Mutate(object) => (true, None, None, Some(object)),
+            Outcome::Reject { message, code } => (false, Some(message), Some(code), None),
+        };
+        ValidationResponse {
+            accepted,
+            message,
+            code,
+            mutated_object,
+            audit_annotations: None,
+            warnings: None,
+        }
+    }
+
+    pub fn into_payload(self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(&self.into_response())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(
+        kind: &str,
+        operation: &str,
+        object: &serde_json::Value,
+    ) -> KubernetesAdmissionRequest {
+        serde_json::from_value(json!({
+            "uid": "1",
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "operation": operation,
+            "object": object,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_pod_creates_are_picked_out() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}});
+        assert!(
+            pod_to_create(&request("Pod", "CREATE", &pod))
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(pod_to_create(&request("Pod", "UPDATE", &pod)), Ok(None));
+        assert_eq!(
+            pod_to_create(&request("ConfigMap", "CREATE", &json!({}))),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_pod_create_without_a_pod_is_an_error() {
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
+        let error = pod_to_create(&request("Pod", "CREATE", &deployment)).unwrap_err();
+        assert!(error.contains("not a v1 Pod"), "{error}");
+        let broken = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": "none"}});
+        let error = pod_to_create(&request("Pod", "CREATE", &broken)).unwrap_err();
+        assert!(
+            error.starts_with("the object is not a valid Pod"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn oversized_and_malformed_payloads_are_refused_with_a_reason() {
+        let big = vec![b' '; MAX_REQUEST_BYTES + 1];
+        let error = read_request::<serde_json::Value>(&big).unwrap_err();
+        assert!(error.contains("more than the"), "{error}");
+        let error = read_request::<serde_json::Value>(b"{\"request\": [").unwrap_err();
+        assert!(
+            error.starts_with("cannot read the validation request"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn responses_have_kubewardens_shape() {
+        let payload = Outcome::bad_request("no").into_payload().unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!(
+            value,
+            json!({"accepted": false, "message": "no", "code": 400, "mutated_object": null,
+                   "audit_annotations": null, "warnings": null})
+        );
+    }
+}
