@@ -15,6 +15,11 @@
 //! * A sidecar that already defines `IS_INJECTED` does not get a second one.
 //! * The `Partial` revision policy draws its coin from
 //!   [`InjectionContext::random_draw`] (the core has no randomness).
+//! * Hot-upgrade twins always get our `SIDECARSET_VERSION(_ALT)` env, even
+//!   if the sidecar defined one.
+//! * `resourcesPolicy` (OpenKruise v1.9) is not implemented: a sidecar
+//!   using it is an [`InjectionError::ResourcesPolicyUnsupported`] rather
+//!   than a sidecar silently injected without its computed resources.
 
 mod annotations;
 mod containers;
@@ -125,6 +130,13 @@ pub enum InjectionError {
         partition: String,
     },
     #[error(
+        "SidecarSet {sidecar_set}: container {container:?} sets resourcesPolicy, which this implementation does not support yet"
+    )]
+    ResourcesPolicyUnsupported {
+        sidecar_set: String,
+        container: String,
+    },
+    #[error(
         "SidecarSet {sidecar_set}: the Partial revision policy with a percentage partition needs a random draw (InjectionContext::random_draw)"
     )]
     RandomDrawRequired { sidecar_set: String },
@@ -159,6 +171,7 @@ pub fn inject(pod: &Pod, ctx: &InjectionContext<'_>) -> Result<Injection, Inject
         return Ok(unchanged());
     }
 
+    containers::check_supported(&selected)?;
     let mut pod_annotations = pod.metadata.annotations.clone().unwrap_or_default();
     for sidecar_set in &selected {
         annotations::patch_pod_metadata(&mut pod_annotations, sidecar_set)?;

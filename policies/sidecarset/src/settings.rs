@@ -68,16 +68,17 @@ impl Settings {
     }
 }
 
-/// Defaults and hashes, as the SidecarSet mutating webhook stamps them; a
-/// SidecarSet that already carries its hash is left as it is.
+/// Defaults and hashes, as OpenKruise's SidecarSet webhook leaves a stored
+/// SidecarSet. Defaulting twice changes nothing; a hash already stamped is
+/// kept, since pods record it.
 pub fn prepare(mut sidecar_set: SidecarSet) -> SidecarSet {
+    kruise_api::KruiseObject::set_defaults(&mut sidecar_set);
     let stamped = sidecar_set
         .metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(HASH_ANNOTATION));
     if !stamped {
-        kruise_api::KruiseObject::set_defaults(&mut sidecar_set);
         stamp_hashes(&mut sidecar_set);
     }
     sidecar_set

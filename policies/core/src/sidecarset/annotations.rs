@@ -12,7 +12,8 @@ use serde_json::Value;
 use super::containers::Built;
 use super::{InjectionError, sidecar_set_name};
 
-/// On a SidecarSet: its hash. On a pod: JSON map name → [`HashRecord`].
+/// On a SidecarSet: its hash. On a pod: JSON map SidecarSet name → record
+/// `{updateTimestamp, hash, sidecarSetName, sidecarList, controllerRevision}`.
 pub const HASH_ANNOTATION: &str = "kruise.io/sidecarset-hash";
 /// Same, with images blanked before hashing.
 pub const HASH_WITHOUT_IMAGE_ANNOTATION: &str = "kruise.io/sidecarset-hash-without-image";

@@ -12,7 +12,7 @@ use kruise_api::SidecarSet;
 use kruise_api::sidecarset::{PodInjectPolicy, ShareVolumePolicy, SidecarContainer};
 
 use super::annotations::{INJECTED_ENV, version_alt_annotation, version_annotation};
-use super::sidecar_set_name;
+use super::{InjectionError, sidecar_set_name};
 use crate::selector::is_qualified_name;
 
 const VERSION_ENV: &str = "SIDECARSET_VERSION";
@@ -78,6 +78,22 @@ impl Shared {
         }
         shared
     }
+}
+
+/// Refuse what cannot be injected faithfully: `resourcesPolicy` needs
+/// OpenKruise's resource expression calculator, which we do not have.
+pub(super) fn check_supported(selected: &[SidecarSet]) -> Result<(), InjectionError> {
+    for sidecar_set in selected {
+        let spec = &sidecar_set.spec;
+        let mut sidecars = spec.init_containers.iter().chain(&spec.containers);
+        if let Some(sidecar) = sidecars.find(|s| s.resources_policy.is_some()) {
+            return Err(InjectionError::ResourcesPolicyUnsupported {
+                sidecar_set: sidecar_set_name(sidecar_set).to_owned(),
+                container: sidecar.name().to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Build the injected containers of every selected SidecarSet, in order.
