@@ -1,5 +1,10 @@
 //! The kruise-wasm Kubewarden policies as annotated `wasm32-wasip1` modules,
-//! built by this crate's build script from the policy crates.
+//! built by this crate's build script from the policy crates, and the
+//! Kubewarden resources that deploy them.
+
+mod kubewarden;
+
+pub use kubewarden::{MODULE_REGISTRY, cluster_admission_policy, kubewarden_yaml, metadata};
 
 /// One policy module.
 #[derive(Clone, Copy, Debug)]
@@ -20,5 +25,6 @@ pub const LAUNCH_PRIORITY: PolicyModule = PolicyModule {
     wasm: include_bytes!(concat!(env!("OUT_DIR"), "/launch-priority.wasm")),
 };
 
-/// Every policy module.
+/// Every policy module, in the order OpenKruise's pod webhook applies them:
+/// injection first, so injected sidecars take part in launch priority.
 pub const ALL: &[PolicyModule] = &[SIDECARSET, LAUNCH_PRIORITY];

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
-use kruise_policy_support::{Outcome, pod_to_create, read_settings};
+use kruise_policy_support::{Outcome, pod_to_create, read_request, read_settings};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 pub use cluster::{Cluster, NoCluster};
@@ -119,6 +119,18 @@ impl ClusterState {
     }
 }
 
+/// The `validate` waPC operation: payload in, Kubewarden response out.
+pub fn respond<C: Cluster>(
+    payload: &[u8],
+    environment: &Environment<'_, C>,
+) -> Result<Vec<u8>, String> {
+    let outcome = match read_request::<Settings>(payload) {
+        Ok(request) => evaluate(&request.request, &request.settings, environment),
+        Err(message) => Outcome::bad_request(message),
+    };
+    outcome.into_payload().map_err(|e| e.to_string())
+}
+
 /// The `validate_settings` waPC operation.
 pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
     let verdict = read_settings::<Settings>(payload).and_then(|settings| settings.validate());
@@ -131,11 +143,10 @@ pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
 
 #[cfg(target_arch = "wasm32")]
 mod guest {
-    use kruise_policy_support::{Outcome, read_request};
     use kubewarden_policy_sdk::wapc_guest as guest;
 
     use crate::cluster::HostCluster;
-    use crate::{Environment, Settings, evaluate};
+    use crate::{Environment, respond};
 
     /// The host calls this export to let the guest register its operations.
     #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
@@ -152,19 +163,13 @@ mod guest {
     }
 
     fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
-        let outcome = match read_request::<Settings>(payload) {
-            Ok(request) => {
-                let now = crate::clock::now_rfc3339();
-                let environment = Environment {
-                    now: &now,
-                    random_draw: crate::clock::random_unit(),
-                    cluster: &HostCluster,
-                };
-                evaluate(&request.request, &request.settings, &environment)
-            }
-            Err(message) => Outcome::bad_request(message),
+        let now = crate::clock::now_rfc3339();
+        let environment = Environment {
+            now: &now,
+            random_draw: crate::clock::random_unit(),
+            cluster: &HostCluster,
         };
-        outcome.into_payload().map_err(|e| e.to_string())
+        respond(payload, &environment)
     }
 }
 

@@ -1,0 +1,148 @@
+//! One SidecarSet injection: the native core, the native policy (payload
+//! in, response out), and the same policy as a guest call in the sidecarset
+//! module on a warm instance and on a fresh instance per call (what
+//! policy-server pays per request). Inputs: the seed pod (test-pod with
+//! scs-demo) and a 20-container pod with volume sharing and env transfer.
+//!
+//! `cargo bench -p kruise-policy-modules --bench injection`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::SidecarSet;
+use kruise_core::sidecarset::{InjectionContext, inject};
+use kruise_policy_modules::SIDECARSET;
+use kruise_policy_sidecarset::{Environment, NoCluster, prepare, respond};
+use serde_json::{Value, json};
+
+const NOW: &str = "2026-11-29T10:00:00Z";
+
+fn example(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/examples")
+        .join(name);
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// 20 app containers, each with env and two mounts; the SidecarSet shares
+/// volumes and transfers env, so the work grows with the pod.
+fn twenty_containers() -> (Value, Value) {
+    let containers: Vec<Value> = (0..20)
+        .map(|i| {
+            json!({"name": format!("app-{i}"), "image": format!("app:{i}"),
+                   "env": [{"name": "TZ", "value": "UTC"}, {"name": format!("ENV_{i}"), "value": "x"}],
+                   "volumeMounts": [{"name": "data", "mountPath": format!("/data/{i}")},
+                                    {"name": "logs", "mountPath": format!("/logs/{i}")}]})
+        })
+        .collect();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "default", "labels": {"app": "big"}},
+        "spec": {"containers": containers,
+                 "volumes": [{"name": "data", "emptyDir": {}}, {"name": "logs", "emptyDir": {}}]}});
+    let sidecarset = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": "mesh"},
+        "spec": {"selector": {"matchLabels": {"app": "big"}},
+                 "containers": [{"name": "proxy", "image": "envoy:1.0",
+                                 "shareVolumePolicy": {"type": "enabled"},
+                                 "transferEnv": [{"sourceContainerName": "app-0", "envName": "TZ"}]},
+                                {"name": "log-agent", "image": "agent:1.0", "podInjectPolicy": "AfterAppContainer"}]}});
+    (pod, sidecarset)
+}
+
+fn payload(pod: &Value, sidecarset: &Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "settings": {"sidecarSets": [sidecarset]},
+        "request": {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "default", "operation": "CREATE", "object": pod}
+    }))
+    .unwrap()
+}
+
+fn new_host(engine: &wasmtime::Engine, module: &wasmtime::Module) -> wapc::WapcHost {
+    let provider = wasmtime_provider::WasmtimeEngineProviderBuilder::new()
+        .engine(engine.clone())
+        .module(module.clone())
+        .build()
+        .unwrap();
+    wapc::WapcHost::new(Box::new(provider), None).unwrap()
+}
+
+fn injection(c: &mut Criterion) {
+    let engine = wasmtime::Engine::default();
+    let module = wasmtime::Module::new(&engine, SIDECARSET.wasm).unwrap();
+    let inputs = [
+        (
+            "seed pod",
+            example("pod-test-pod.yaml"),
+            example("sidecarset-scs-demo.yaml"),
+        ),
+        (
+            "20-container pod",
+            twenty_containers().0,
+            twenty_containers().1,
+        ),
+    ];
+    for (label, pod_json, sidecarset_json) in inputs {
+        let mut group = c.benchmark_group(label);
+        let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
+        let sidecar_sets: Vec<SidecarSet> = vec![prepare(
+            serde_json::from_value(sidecarset_json.clone()).unwrap(),
+        )];
+        let context = InjectionContext {
+            sidecar_sets: &sidecar_sets,
+            now: NOW,
+            ..Default::default()
+        };
+        assert!(
+            !inject(&pod, &context).unwrap().sidecar_sets.is_empty(),
+            "{label}: nothing injected"
+        );
+        group.bench_function("native core inject", |b| {
+            b.iter(|| inject(black_box(&pod), &context).unwrap())
+        });
+
+        let payload = payload(&pod_json, &sidecarset_json);
+        let environment = Environment {
+            now: NOW,
+            random_draw: 0.5,
+            cluster: &NoCluster,
+        };
+        group.bench_function("native policy (payload to response)", |b| {
+            b.iter(|| respond(black_box(&payload), &environment).unwrap());
+        });
+
+        let host = new_host(&engine, &module);
+        let answer: Value =
+            serde_json::from_slice(&host.call("validate", &payload).unwrap()).unwrap();
+        assert!(
+            answer["mutated_object"].is_object(),
+            "{label}: the module did not mutate"
+        );
+        group.bench_function("wasm guest call, warm instance", |b| {
+            b.iter(|| host.call("validate", black_box(&payload)).unwrap());
+        });
+        group.bench_function("wasm guest call, fresh instance", |b| {
+            b.iter(|| {
+                new_host(&engine, &module)
+                    .call("validate", black_box(&payload))
+                    .unwrap()
+            });
+        });
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(3));
+    targets = injection
+}
+criterion_main!(benches);
