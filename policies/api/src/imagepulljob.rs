@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, Time,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::is_zero;
@@ -77,7 +77,7 @@ pub struct ImagePullJobNodeSelector {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "match_expressions")]
+    #[schemars(schema_with = "crate::schema::match_expressions")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
@@ -187,45 +187,22 @@ impl KruiseObject for ImagePullJob {
     }
 }
 
-/// `metav1.LabelSelector.matchExpressions`.
-fn match_expressions(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "items": {
-            "type": "object",
-            "properties": {
-                "key": { "type": "string" },
-                "operator": { "type": "string" },
-                "values": {
-                    "type": "array",
-                    "items": { "type": "string" },
-                    "x-kubernetes-list-type": "atomic"
-                }
-            },
-            "required": ["key", "operator"]
-        },
-        "x-kubernetes-list-type": "atomic"
-    })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::object::{ParseError, Strictness, parse_object};
-
-    const EXAMPLE: &str = include_str!("../../fixtures/examples/imagepulljob.yaml");
+    use crate::object::ParseError;
+    use crate::object::test_support;
 
     fn parse(text: &str) -> Result<ImagePullJob, ParseError> {
-        parse_object::<ImagePullJob>(text, Strictness::Strict)
+        test_support::parse(text)
     }
 
     fn field_error_path(text: &str) -> String {
-        match parse(text) {
-            Err(ParseError::Field { path, .. }) => path,
-            other => panic!("expected a field error, got {other:?}"),
-        }
+        test_support::field_error_path::<ImagePullJob>(text)
     }
+
+    const EXAMPLE: &str = include_str!("../../fixtures/examples/imagepulljob.yaml");
 
     const MINIMAL: &str = "
 apiVersion: apps.kruise.io/v1alpha1

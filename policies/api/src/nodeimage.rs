@@ -285,20 +285,18 @@ fn object_references(_: &mut SchemaGenerator) -> Schema {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::object::{ParseError, Strictness, parse_object};
-
-    const EXAMPLE: &str = include_str!("../../fixtures/examples/nodeimage-node1.yaml");
+    use crate::object::ParseError;
+    use crate::object::test_support;
 
     fn parse(text: &str) -> Result<NodeImage, ParseError> {
-        parse_object::<NodeImage>(text, Strictness::Strict)
+        test_support::parse(text)
     }
 
     fn field_error_path(text: &str) -> String {
-        match parse(text) {
-            Err(ParseError::Field { path, .. }) => path,
-            other => panic!("expected a field error, got {other:?}"),
-        }
+        test_support::field_error_path::<NodeImage>(text)
     }
+
+    const EXAMPLE: &str = include_str!("../../fixtures/examples/nodeimage-node1.yaml");
 
     fn time(text: &str) -> Time {
         Time(text.parse().unwrap())

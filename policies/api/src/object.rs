@@ -243,3 +243,21 @@ macro_rules! kruise_kind {
     };
 }
 pub(crate) use kruise_kind;
+
+/// Helpers the kinds' unit tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{KruiseObject, ParseError, Strictness, parse_object};
+
+    pub fn parse<T: KruiseObject>(text: &str) -> Result<T, ParseError> {
+        parse_object::<T>(text, Strictness::Strict)
+    }
+
+    /// The path a field error names; panics on any other outcome.
+    pub fn field_error_path<T: KruiseObject>(text: &str) -> String {
+        match parse::<T>(text) {
+            Err(ParseError::Field { path, .. }) => path,
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+}

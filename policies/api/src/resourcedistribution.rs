@@ -157,20 +157,18 @@ fn embedded_resource(_: &mut SchemaGenerator) -> Schema {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::object::{ParseError, Strictness, parse_object};
-
-    const EXAMPLE: &str = include_str!("../../fixtures/examples/resourcedistribution.yaml");
+    use crate::object::ParseError;
+    use crate::object::test_support;
 
     fn parse(text: &str) -> Result<ResourceDistribution, ParseError> {
-        parse_object::<ResourceDistribution>(text, Strictness::Strict)
+        test_support::parse(text)
     }
 
     fn field_error_path(text: &str) -> String {
-        match parse(text) {
-            Err(ParseError::Field { path, .. }) => path,
-            other => panic!("expected a field error, got {other:?}"),
-        }
+        test_support::field_error_path::<ResourceDistribution>(text)
     }
+
+    const EXAMPLE: &str = include_str!("../../fixtures/examples/resourcedistribution.yaml");
 
     const WITH_STATUS: &str = "
 apiVersion: apps.kruise.io/v1alpha1

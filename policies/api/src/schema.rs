@@ -30,33 +30,38 @@ pub fn date_time(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// `metav1.LabelSelector`, atomic as in Kubernetes.
-pub fn label_selector(_: &mut SchemaGenerator) -> Schema {
+pub fn label_selector(generator: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "properties": {
-            "matchExpressions": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "key": { "type": "string" },
-                        "operator": { "type": "string" },
-                        "values": {
-                            "type": "array",
-                            "items": { "type": "string" },
-                            "x-kubernetes-list-type": "atomic"
-                        }
-                    },
-                    "required": ["key", "operator"]
-                },
-                "x-kubernetes-list-type": "atomic"
-            },
+            "matchExpressions": match_expressions(generator),
             "matchLabels": {
                 "type": "object",
                 "additionalProperties": { "type": "string" }
             }
         },
         "x-kubernetes-map-type": "atomic"
+    })
+}
+
+/// `metav1.LabelSelector.matchExpressions`.
+pub fn match_expressions(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "key": { "type": "string" },
+                "operator": { "type": "string" },
+                "values": {
+                    "type": "array",
+                    "items": { "type": "string" },
+                    "x-kubernetes-list-type": "atomic"
+                }
+            },
+            "required": ["key", "operator"]
+        },
+        "x-kubernetes-list-type": "atomic"
     })
 }
 
