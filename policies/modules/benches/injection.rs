@@ -103,7 +103,7 @@ fn injection(c: &mut Criterion) {
             "{label}: nothing injected"
         );
         group.bench_function("native core inject", |b| {
-            b.iter(|| inject(black_box(&pod), &context).unwrap())
+            b.iter(|| inject(black_box(&pod), &context).unwrap());
         });
 
         let payload = payload(&pod_json, &sidecarset_json);

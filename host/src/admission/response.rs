@@ -1,0 +1,310 @@
+//! From a guest's answer to an `admission.k8s.io/v1` AdmissionResponse, as
+//! policy-server builds it (spec §1.4).
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::runtime::CallError;
+
+/// What a Kubewarden policy answers to `validate` (snake_case keys).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ValidationResponse {
+    pub accepted: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub code: Option<u16>,
+    #[serde(default)]
+    pub mutated_object: Option<Value>,
+    #[serde(default)]
+    pub audit_annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub warnings: Option<Vec<String>>,
+}
+
+/// The answer the API server gets. Field order and the `null`s of
+/// `auditAnnotations`/`warnings` are policy-server's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<PatchType>,
+    /// The base64 of a JSON Patch array.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    pub audit_annotations: Option<BTreeMap<String, String>>,
+    pub warnings: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PatchType {
+    #[serde(rename = "JSONPatch")]
+    JsonPatch,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Status {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<StatusDetails>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct StatusDetails {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<StatusCause>,
+}
+
+/// policy-server writes all three keys, `null` included.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct StatusCause {
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub field: Option<String>,
+}
+
+/// policy-server's text for a guest stopped at its deadline.
+pub const TIMEOUT_MESSAGE: &str =
+    "Policy execution interrupted because it exceeded the allowed execution time";
+
+/// policy-server's text for a mutation of a request without an object.
+pub const MUTATION_WITHOUT_OBJECT: &str = "Incoming object is null, which happens only with DELETE operations, but the policy is attempting a mutation. This is not allowed";
+
+impl AdmissionResponse {
+    pub fn reject(uid: &str, message: String, code: Option<u16>) -> Self {
+        Self {
+            uid: uid.to_owned(),
+            allowed: false,
+            status: Some(Status {
+                message: Some(message),
+                code,
+                ..Status::default()
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// A failure of the policy rather than a verdict: still an admission
+    /// denial inside an HTTP 200, never an HTTP error.
+    pub fn internal_server_error(uid: &str, detail: &str) -> Self {
+        Self::reject(uid, format!("internal server error: {detail}"), Some(500))
+    }
+
+    /// The response for what the guest's `validate` gave back. `object` is
+    /// what a mutation is diffed against: `request.object`, or the whole
+    /// request for raw policies.
+    pub fn from_guest(
+        uid: &str,
+        object: Option<&Value>,
+        answer: Result<Vec<u8>, CallError>,
+    ) -> Self {
+        match answer {
+            Err(CallError::DeadlineExceeded) => {
+                Self::reject(uid, TIMEOUT_MESSAGE.to_owned(), Some(500))
+            }
+            Err(error) => Self::internal_server_error(uid, &error.to_string()),
+            Ok(bytes) => match serde_json::from_slice::<ValidationResponse>(&bytes) {
+                Ok(response) => Self::from_validation(uid, object, response),
+                Err(error) => Self::internal_server_error(
+                    uid,
+                    &format!("Cannot deserialize policy validation response: {error}"),
+                ),
+            },
+        }
+    }
+
+    pub fn from_validation(
+        uid: &str,
+        object: Option<&Value>,
+        response: ValidationResponse,
+    ) -> Self {
+        let patch = match (&response.mutated_object, object) {
+            (None, _) => None,
+            (Some(_), None) => return Self::reject(uid, MUTATION_WITHOUT_OBJECT.to_owned(), None),
+            (Some(mutated), Some(object)) => json_patch_base64(object, mutated),
+        };
+        let status = (response.message.is_some() || response.code.is_some()).then(|| Status {
+            message: response.message,
+            code: response.code,
+            ..Status::default()
+        });
+        Self {
+            uid: uid.to_owned(),
+            allowed: response.accepted,
+            patch_type: patch.as_ref().map(|_| PatchType::JsonPatch),
+            patch,
+            status,
+            audit_annotations: response.audit_annotations,
+            warnings: response.warnings,
+        }
+    }
+
+    /// One line of JSON, as `kwctl run` prints it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The RFC 6902 patch from `object` to `mutated`, serialised and base64
+/// encoded (standard alphabet, padded); `None` when nothing changed.
+pub fn json_patch_base64(object: &Value, mutated: &Value) -> Option<String> {
+    let patch = json_patch::diff(object, mutated);
+    if patch.0.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&patch)
+        .ok()
+        .map(|json| STANDARD.encode(json))
+}
+
+/// `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":…}`
+pub fn admission_review(response: &AdmissionResponse) -> Value {
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[allow(clippy::unnecessary_wraps)] // shaped as the runtime answers
+    fn guest(answer: &Value) -> Result<Vec<u8>, CallError> {
+        Ok(serde_json::to_vec(answer).unwrap())
+    }
+
+    fn decoded_patch(response: &AdmissionResponse) -> Value {
+        serde_json::from_slice(&STANDARD.decode(response.patch.as_ref().unwrap()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_acceptance_keeps_the_null_keys() {
+        let answer = json!({"accepted": true, "message": null, "code": null, "mutated_object": null,
+                            "audit_annotations": null, "warnings": null});
+        let response = AdmissionResponse::from_guest("u", Some(&json!({})), guest(&answer));
+        assert_eq!(
+            response.to_json(),
+            r#"{"uid":"u","allowed":true,"auditAnnotations":null,"warnings":null}"#
+        );
+    }
+
+    #[test]
+    fn a_mutation_becomes_a_base64_json_patch() {
+        let object = json!({"metadata": {"name": "p"}});
+        let mutated = json!({"metadata": {"name": "p", "labels": {"a": "b"}}});
+        let response = AdmissionResponse::from_guest(
+            "u",
+            Some(&object),
+            guest(&json!({"accepted": true, "mutated_object": mutated})),
+        );
+        assert_eq!(response.patch_type, Some(PatchType::JsonPatch));
+        assert_eq!(
+            decoded_patch(&response),
+            json!([{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}])
+        );
+        let text = response.to_json();
+        assert!(
+            text.starts_with(r#"{"uid":"u","allowed":true,"patchType":"JSONPatch","patch":""#),
+            "{text}"
+        );
+        // Standard alphabet with padding.
+        assert!(response.patch.unwrap().ends_with('='));
+    }
+
+    #[test]
+    fn an_unchanged_object_gives_no_patch_fields() {
+        let object = json!({"a": 1});
+        let response = AdmissionResponse::from_guest(
+            "u",
+            Some(&object),
+            guest(&json!({"accepted": true, "mutated_object": {"a": 1}})),
+        );
+        assert_eq!(response.patch, None);
+        assert!(!response.to_json().contains("patch"));
+    }
+
+    #[test]
+    fn a_rejection_carries_message_and_code_and_passes_annotations_and_warnings() {
+        let answer = json!({"accepted": false, "message": "no", "code": 403,
+                            "audit_annotations": {"k": "v"}, "warnings": ["w"]});
+        let response = AdmissionResponse::from_guest("u", Some(&json!({})), guest(&answer));
+        assert_eq!(
+            response.to_json(),
+            r#"{"uid":"u","allowed":false,"status":{"message":"no","code":403},"auditAnnotations":{"k":"v"},"warnings":["w"]}"#
+        );
+        let only_code = AdmissionResponse::from_guest(
+            "u",
+            None,
+            guest(&json!({"accepted": false, "code": 400})),
+        );
+        assert_eq!(
+            only_code.status,
+            Some(Status {
+                code: Some(400),
+                ..Status::default()
+            })
+        );
+    }
+
+    #[test]
+    fn a_mutation_without_object_is_refused() {
+        let response = AdmissionResponse::from_guest(
+            "u",
+            None,
+            guest(&json!({"accepted": true, "mutated_object": {}})),
+        );
+        assert!(!response.allowed);
+        assert_eq!(
+            response.status.unwrap().message.unwrap(),
+            MUTATION_WITHOUT_OBJECT
+        );
+    }
+
+    #[test]
+    fn guest_failures_are_denials_with_code_500() {
+        let garbage = AdmissionResponse::from_guest("u", None, Ok(b"not json".to_vec()));
+        let status = garbage.status.unwrap();
+        assert_eq!(status.code, Some(500));
+        assert!(status.message.unwrap().starts_with(
+            "internal server error: Cannot deserialize policy validation response: expected"
+        ),);
+
+        let error =
+            AdmissionResponse::from_guest("u", None, Err(CallError::Guest("boom".to_owned())));
+        assert_eq!(
+            error.to_json(),
+            r#"{"uid":"u","allowed":false,"status":{"message":"internal server error: Guest call failure: boom","code":500},"auditAnnotations":null,"warnings":null}"#
+        );
+
+        let timeout = AdmissionResponse::from_guest("u", None, Err(CallError::DeadlineExceeded));
+        assert_eq!(timeout.status.unwrap().message.unwrap(), TIMEOUT_MESSAGE);
+        assert!(!timeout.allowed);
+    }
+
+    #[test]
+    fn the_review_wraps_the_response() {
+        let review = admission_review(&AdmissionResponse {
+            uid: "u".to_owned(),
+            allowed: true,
+            ..AdmissionResponse::default()
+        });
+        assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(review["kind"], "AdmissionReview");
+        assert_eq!(review["response"]["uid"], "u");
+    }
+}

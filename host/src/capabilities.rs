@@ -1,0 +1,217 @@
+//! The host capabilities a policy may call (spec §1.7): who may call what,
+//! and the answers this host can give without a cluster.
+
+use serde::Deserialize;
+
+use crate::runtime::HostCalls;
+
+/// A Kubernetes kind a policy may read (`contextAwareResources`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextAwareResource {
+    pub api_version: String,
+    pub kind: String,
+}
+
+/// What one policy has been granted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Grants {
+    /// `hostCapabilities` patterns: `*`, `oci/*`, `oci/v1/*` or exact
+    /// paths like `kubernetes/can_i`. Empty denies everything.
+    pub host_capabilities: Vec<String>,
+    pub context_aware_resources: Vec<ContextAwareResource>,
+}
+
+impl Grants {
+    /// `kwctl run` on a plain module: every capability, no Kubernetes kind
+    /// (it has no `--allow-context-aware`).
+    pub fn kwctl_run() -> Self {
+        Self {
+            host_capabilities: vec!["*".to_owned()],
+            context_aware_resources: Vec::new(),
+        }
+    }
+
+    /// A wildcard stands only for whole trailing segments (`oci/*` covers
+    /// `oci/v1/verify`, `oc*` covers nothing).
+    pub fn allows_capability(&self, path: &str) -> bool {
+        self.host_capabilities
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some("") => true,
+                Some(prefix) if prefix.ends_with('/') => path.starts_with(prefix),
+                Some(_) => false,
+                None => pattern == path,
+            })
+    }
+
+    pub fn allows_resource(&self, api_version: &str, kind: &str) -> bool {
+        self.context_aware_resources
+            .iter()
+            .any(|r| r.api_version == api_version && r.kind == kind)
+    }
+}
+
+/// The host calls of a policy on a host without a cluster: the access
+/// checks and texts of policy-server, `tracing/log` served, everything
+/// else unavailable.
+#[derive(Debug, Clone)]
+pub struct OfflineHost {
+    pub policy_id: String,
+    pub grants: Grants,
+}
+
+const KUBERNETES_READS: [&str; 3] = [
+    "list_resources_by_namespace",
+    "list_resources_all",
+    "get_resource",
+];
+
+#[derive(Deserialize)]
+struct ResourceRequest {
+    api_version: String,
+    kind: String,
+}
+
+impl HostCalls for OfflineHost {
+    fn host_call(
+        &self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, String> {
+        if binding != "kubewarden" {
+            return Err(format!("unknown binding: {binding}"));
+        }
+        if (namespace, operation) == ("tracing", "log") {
+            // Always succeeds; a policy's logs go to our stderr.
+            eprintln!(
+                "policy {}: {}",
+                self.policy_id,
+                String::from_utf8_lossy(payload)
+            );
+            return Ok(Vec::new());
+        }
+        let path = format!("{namespace}/{operation}");
+        if !self.grants.allows_capability(&path) {
+            return Err(format!(
+                "Policy has not been granted access to the '{path}' host capability. The violation has been reported."
+            ));
+        }
+        match namespace {
+            "kubernetes" if KUBERNETES_READS.contains(&operation) => {
+                let asked: ResourceRequest = serde_json::from_slice(payload)
+                    .map_err(|e| format!("cannot read the {operation} request: {e}"))?;
+                if !self.grants.allows_resource(&asked.api_version, &asked.kind) {
+                    return Err(format!(
+                        "Policy has not been granted access to Kubernetes {}/{} resources. The violation has been reported.",
+                        asked.api_version, asked.kind
+                    ));
+                }
+                Err(format!(
+                    "cannot serve kubernetes/{operation}: this host has no Kubernetes cluster"
+                ))
+            }
+            "kubernetes" | "oci" | "net" | "crypto" => {
+                Err(format!("cannot serve {path}: not available on this host"))
+            }
+            _ => Err(format!("unknown namespace: {namespace}")),
+        }
+    }
+
+    fn console_log(&self, message: &str) {
+        eprintln!("policy {}: {message}", self.policy_id);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn host(capabilities: &[&str], resources: &[(&str, &str)]) -> OfflineHost {
+        OfflineHost {
+            policy_id: "p".to_owned(),
+            grants: Grants {
+                host_capabilities: capabilities.iter().map(|s| (*s).to_owned()).collect(),
+                context_aware_resources: resources
+                    .iter()
+                    .map(|(a, k)| ContextAwareResource {
+                        api_version: (*a).to_owned(),
+                        kind: (*k).to_owned(),
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn wildcards_cover_whole_segments_only() {
+        let grants = host(&["oci/*", "net/v1/*", "kubernetes/can_i"], &[]).grants;
+        assert!(grants.allows_capability("oci/v2/verify"));
+        assert!(grants.allows_capability("net/v1/dns_lookup_host"));
+        assert!(grants.allows_capability("kubernetes/can_i"));
+        assert!(!grants.allows_capability("kubernetes/get_resource"));
+        assert!(!grants.allows_capability("ocix/v1/verify"));
+        assert!(
+            !host(&["oc*"], &[])
+                .grants
+                .allows_capability("oci/v1/verify")
+        );
+        assert!(
+            host(&["*"], &[])
+                .grants
+                .allows_capability("anything/at/all")
+        );
+        assert!(
+            !Grants::default().allows_capability("oci/v1/verify"),
+            "empty denies all"
+        );
+    }
+
+    #[test]
+    fn logging_always_succeeds_and_bindings_are_checked() {
+        let host = host(&[], &[]);
+        assert_eq!(
+            host.host_call("kubewarden", "tracing", "log", b"{}"),
+            Ok(Vec::new())
+        );
+        assert_eq!(
+            host.host_call("other", "tracing", "log", b"{}"),
+            Err("unknown binding: other".to_owned())
+        );
+    }
+
+    #[test]
+    fn capabilities_are_checked_before_the_operation_is_known() {
+        let error = host(&["oci/*"], &[])
+            .host_call("kubewarden", "kubernetes", "nonsense", b"")
+            .unwrap_err();
+        assert_eq!(
+            error,
+            "Policy has not been granted access to the 'kubernetes/nonsense' host capability. The violation has been reported."
+        );
+    }
+
+    #[test]
+    fn kubernetes_reads_need_the_kind_granted() {
+        let payload =
+            br#"{"api_version":"v1","kind":"Namespace","name":"default","disable_cache":false}"#;
+        let denied =
+            host(&["*"], &[]).host_call("kubewarden", "kubernetes", "get_resource", payload);
+        assert_eq!(
+            denied.unwrap_err(),
+            "Policy has not been granted access to Kubernetes v1/Namespace resources. The violation has been reported."
+        );
+        let granted = host(&["*"], &[("v1", "Namespace")]).host_call(
+            "kubewarden",
+            "kubernetes",
+            "get_resource",
+            payload,
+        );
+        assert!(granted.unwrap_err().contains("no Kubernetes cluster"));
+        let unknown = host(&["*"], &[]).host_call("kubewarden", "nope", "x", b"");
+        assert_eq!(unknown.unwrap_err(), "unknown namespace: nope");
+    }
+}

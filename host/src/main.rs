@@ -1,0 +1,308 @@
+//! `kruise-wasm`: run a Kubewarden policy module on an admission request
+//! (like `kwctl run`), or show what OpenKruise's pod webhook would inject
+//! into a pod or workload (like `istioctl kube-inject`).
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, settings_from_value};
+use kruise_wasm_host::capabilities::{Grants, OfflineHost};
+use kruise_wasm_host::inject::{
+    Injector, labels_from_text, namespace_of, sidecar_sets_from_yaml, sidecarset_settings,
+};
+use kruise_wasm_host::policy::{Policy, load_policies};
+use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
+use kruise_wasm_host::server::{self, ServerConfig, TlsFiles};
+
+#[derive(Debug, Parser)]
+#[command(name = "kruise-wasm", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Evaluate a policy module on one admission request and print the
+    /// AdmissionResponse as one line of JSON.
+    Run(RunArgs),
+    /// Inject SidecarSets (then launch priority) into a Pod, Deployment,
+    /// CloneSet or other workload, and print the result.
+    Inject(InjectArgs),
+    /// Serve the policies of a policies.yml as policy-server does.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// The policies file (policy-server's format).
+    #[arg(long, default_value = "policies.yml")]
+    policies: PathBuf,
+    #[arg(long, default_value = "0.0.0.0")]
+    address: std::net::IpAddr,
+    #[arg(long, default_value_t = 3000)]
+    port: u16,
+    #[arg(long, default_value_t = 8081)]
+    readiness_probe_port: u16,
+    /// Evaluations at once (default: the number of CPUs).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Seconds each policy may run, unless its timeoutEvalSeconds says
+    /// otherwise.
+    #[arg(long, default_value_t = 2)]
+    policy_timeout: u64,
+    #[arg(long)]
+    disable_timeout_protection: bool,
+    /// PEM certificate: serve HTTPS (with --key-file).
+    #[arg(long, requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    #[arg(long, requires = "cert_file")]
+    key_file: Option<PathBuf>,
+    /// Accept every request in this namespace without evaluating it.
+    #[arg(long)]
+    always_accept_admission_reviews_on_namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The policy module (.wasm).
+    #[arg(long, short = 'm')]
+    module: PathBuf,
+    /// An AdmissionReview or a bare AdmissionRequest (JSON or YAML); `-`
+    /// reads stdin.
+    #[arg(long, short = 'r')]
+    request: String,
+    /// The policy's settings, a YAML or JSON file.
+    #[arg(long, short = 's', conflicts_with = "settings_json")]
+    settings: Option<PathBuf>,
+    /// The policy's settings as a JSON string.
+    #[arg(long)]
+    settings_json: Option<String>,
+    /// How long each guest function may run.
+    #[arg(long, default_value_t = 2)]
+    timeout_seconds: u64,
+}
+
+#[derive(Debug, Args)]
+struct InjectArgs {
+    /// The Pod or workload (YAML or JSON).
+    #[arg(long, short = 'f')]
+    filename: PathBuf,
+    /// A YAML file of one or more SidecarSet documents.
+    #[arg(long)]
+    sidecarsets: PathBuf,
+    /// Labels of the pod's namespace, `key=value,…`, for SidecarSets with a
+    /// namespaceSelector.
+    #[arg(long)]
+    namespace_labels: Option<String>,
+    /// The namespace of an object that names none.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Print the JSON Patch from the input to the result instead of the
+    /// result.
+    #[arg(long)]
+    patch: bool,
+}
+
+fn main() -> ExitCode {
+    let outcome = match Cli::parse().command {
+        Command::Run(args) => run(&args),
+        Command::Inject(args) => inject(&args),
+        Command::Serve(args) => serve(&args),
+    };
+    match outcome {
+        Ok(output) => {
+            println!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("Error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The CLI evaluates one thing at a time: a small pool is enough.
+fn runtime() -> Result<Runtime, String> {
+    runtime_with(RuntimeConfig {
+        max_instances: 4,
+        ..RuntimeConfig::default()
+    })
+}
+
+/// Compiled modules are cached on disk, so only the first run pays for
+/// Cranelift; a cache directory that cannot be used only costs that time.
+fn runtime_with(config: RuntimeConfig) -> Result<Runtime, String> {
+    let cache_dir = cache_dir();
+    if cache_dir.is_some() {
+        match Runtime::new(RuntimeConfig {
+            cache_dir: cache_dir.clone(),
+            ..config.clone()
+        }) {
+            Ok(runtime) => return Ok(runtime),
+            Err(error) => eprintln!("Warning: compiled modules will not be cached: {error}"),
+        }
+    }
+    Runtime::new(config).map_err(|e| e.to_string())
+}
+
+/// `$KRUISE_WASM_CACHE_DIR` (empty: no cache), else the user's cache
+/// directory.
+fn cache_dir() -> Option<PathBuf> {
+    let from_env = |name| std::env::var_os(name).map(PathBuf::from);
+    if let Some(dir) = from_env("KRUISE_WASM_CACHE_DIR") {
+        return (!dir.as_os_str().is_empty()).then_some(dir);
+    }
+    from_env("XDG_CACHE_HOME")
+        .or_else(|| from_env("HOME").map(|home| home.join(".cache")))
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join("kruise-wasm"))
+}
+
+fn run(args: &RunArgs) -> Result<String, String> {
+    let runtime = runtime()?;
+    let wasm = std::fs::read(&args.module)
+        .map_err(|e| format!("cannot read {}: {e}", args.module.display()))?;
+    let module = runtime
+        .load(&wasm)
+        .map_err(|e| format!("{}: {e}", args.module.display()))?;
+    let id = args
+        .module
+        .file_stem()
+        .map_or_else(|| "policy".to_owned(), |s| s.to_string_lossy().into_owned());
+    let host = OfflineHost {
+        policy_id: id.clone(),
+        grants: Grants::kwctl_run(),
+    };
+    let policy = Policy::new(
+        &id,
+        module,
+        run_settings(args)?,
+        Enforcement::kwctl_run(&id),
+        runtime.limits(Some(Duration::from_secs(args.timeout_seconds))),
+        Arc::new(host),
+    );
+    policy
+        .validate_settings()
+        .map_err(|message| format!("Provided settings are not valid: {message}"))?;
+    let request = AdmissionRequest::from_document(read_document(&args.request)?)
+        .map_err(|e| e.to_string())?;
+    Ok(policy.validate(&request).to_json())
+}
+
+fn run_settings(args: &RunArgs) -> Result<Settings, String> {
+    let value = match (&args.settings, &args.settings_json) {
+        (Some(path), _) => parse_document(&read_text(path)?)?,
+        (None, Some(json)) => {
+            serde_json::from_str(json).map_err(|e| format!("--settings-json: {e}"))?
+        }
+        (None, None) => Value::Null,
+    };
+    settings_from_value(value)
+}
+
+fn inject(args: &InjectArgs) -> Result<String, String> {
+    let object = parse_document(&read_text(&args.filename)?)?;
+    let sidecar_sets = sidecar_sets_from_yaml(&read_text(&args.sidecarsets)?)
+        .map_err(|e| format!("{}: {e}", args.sidecarsets.display()))?;
+    let namespace = namespace_of(&object, &args.namespace);
+    let labels = args
+        .namespace_labels
+        .as_deref()
+        .map(labels_from_text)
+        .transpose()?;
+    let runtime = runtime()?;
+    let injector = Injector::new(
+        &runtime,
+        sidecarset_settings(sidecar_sets, &namespace, labels),
+    )
+    .map_err(|e| e.to_string())?;
+    injector
+        .validate_settings()
+        .map_err(|message| format!("the SidecarSets are not valid: {message}"))?;
+    let injected = injector.inject(&object, &namespace)?;
+    for note in &injected.notes {
+        eprintln!("Note: {note}");
+    }
+    if args.patch {
+        Ok(injected.patch.to_string())
+    } else {
+        serde_yaml::to_string(&injected.object)
+            .map(|yaml| yaml.trim_end().to_owned())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<String, String> {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: cache_dir(),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let timeout =
+        (!args.disable_timeout_protection).then(|| Duration::from_secs(args.policy_timeout));
+    let policies = load_policies(&runtime, &args.policies, timeout).map_err(|e| e.to_string())?;
+    let defaults = ServerConfig::default();
+    let config = ServerConfig {
+        address: args.address,
+        port: args.port,
+        readiness_port: args.readiness_probe_port,
+        workers: args.workers.unwrap_or(defaults.workers),
+        tls: args
+            .cert_file
+            .clone()
+            .zip(args.key_file.clone())
+            .map(|(cert, key)| TlsFiles { cert, key }),
+        ..defaults
+    };
+    let count = policies.len();
+    let policies = server::api::Policies {
+        policies: policies
+            .into_iter()
+            .map(|(id, policy)| (id, Arc::new(policy)))
+            .collect(),
+        always_accept_namespace: args.always_accept_admission_reviews_on_namespace.clone(),
+    };
+    let running = server::start(policies, &config)?;
+    eprintln!(
+        "serving {count} policies on {}://{} (readiness on http://{}/readiness)",
+        if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        },
+        running.address,
+        running.readiness_address
+    );
+    running.wait();
+    Ok("stopped".to_owned())
+}
+
+fn read_document(source: &str) -> Result<Value, String> {
+    let text = if source == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        text
+    } else {
+        read_text(Path::new(source))?
+    };
+    parse_document(&text)
+}
+
+fn read_text(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// JSON, or else YAML (a superset, but slower and laxer).
+fn parse_document(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text)
+        .or_else(|_| serde_yaml::from_str(text).map_err(|e| format!("neither JSON nor YAML: {e}")))
+}

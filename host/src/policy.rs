@@ -1,0 +1,206 @@
+//! A policy ready to evaluate: its compiled module, settings, limits,
+//! enforcement and host calls; and loading every policy of a policies.yml,
+//! refusing to start on the first bad one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::admission::{
+    AdmissionRequest, AdmissionResponse, Enforcement, Settings, raw_validation_payload,
+    settings_from_value, validation_payload,
+};
+use crate::capabilities::{Grants, OfflineHost};
+use crate::metadata::Metadata;
+use crate::policies_file::{self, PolicyEntry};
+use crate::runtime::{CompiledModule, HostCalls, Limits, Runtime};
+
+pub struct Policy {
+    pub id: String,
+    module: Arc<CompiledModule>,
+    settings: Settings,
+    pub enforcement: Enforcement,
+    limits: Limits,
+    host: Arc<dyn HostCalls>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("id", &self.id)
+            .field("module", &self.module)
+            .field("enforcement", &self.enforcement)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a policy answers to `validate_settings`.
+#[derive(Debug, Deserialize)]
+struct SettingsValidationResponse {
+    valid: bool,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl Policy {
+    pub fn new(
+        id: &str,
+        module: Arc<CompiledModule>,
+        settings: Settings,
+        enforcement: Enforcement,
+        limits: Limits,
+        host: Arc<dyn HostCalls>,
+    ) -> Self {
+        Self {
+            id: id.to_owned(),
+            module,
+            settings,
+            enforcement,
+            limits,
+            host,
+        }
+    }
+
+    /// `Err` carries the policy's explanation. A guest failure counts as
+    /// invalid settings, with the failure as the explanation.
+    pub fn validate_settings(&self) -> Result<(), String> {
+        let payload = serde_json::to_vec(&self.settings).unwrap_or_default();
+        let answer = self
+            .module
+            .call(
+                "validate_settings",
+                &payload,
+                self.limits,
+                Arc::clone(&self.host),
+            )
+            .map_err(|e| e.to_string())?;
+        let verdict: SettingsValidationResponse = serde_json::from_slice(&answer)
+            .map_err(|e| format!("Cannot deserialize settings validation response: {e}"))?;
+        if verdict.valid {
+            Ok(())
+        } else {
+            Err(verdict.message.unwrap_or_default())
+        }
+    }
+
+    /// The policy's own verdict, without enforcement (policy-server's
+    /// `/audit`).
+    pub fn audit(&self, request: &AdmissionRequest) -> AdmissionResponse {
+        let payload = validation_payload(request, &self.settings);
+        let answer = self
+            .module
+            .call("validate", &payload, self.limits, Arc::clone(&self.host));
+        AdmissionResponse::from_guest(&request.uid, request.object.as_ref(), answer)
+    }
+
+    /// The verdict as enforced (policy-server's `/validate`).
+    pub fn validate(&self, request: &AdmissionRequest) -> AdmissionResponse {
+        self.enforcement.apply(self.audit(request))
+    }
+
+    /// A raw policy on arbitrary JSON: a mutation is diffed against the
+    /// whole request, and the uid is the request's own, if any.
+    pub fn validate_raw(&self, request: &Value) -> AdmissionResponse {
+        let payload = raw_validation_payload(request, &self.settings);
+        let uid = request
+            .get("uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let answer = self
+            .module
+            .call("validate", &payload, self.limits, Arc::clone(&self.host));
+        self.enforcement
+            .apply(AdmissionResponse::from_guest(uid, Some(request), answer))
+    }
+}
+
+/// Why the server cannot start; each names the policy at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot read policies file {path}: {message}")]
+    Read { path: String, message: String },
+    #[error(transparent)]
+    File(#[from] policies_file::PoliciesFileError),
+    #[error("policy `{id}`: {message}")]
+    Policy { id: String, message: String },
+}
+
+/// Loads, compiles and checks every policy of a policies.yml: a module
+/// that is missing, not annotated, not compilable, or whose settings it
+/// rejects stops start-up.
+pub fn load_policies(
+    runtime: &Runtime,
+    policies_yml: &Path,
+    default_timeout: Option<Duration>,
+) -> Result<BTreeMap<String, Policy>, StartupError> {
+    let text = std::fs::read_to_string(policies_yml).map_err(|e| StartupError::Read {
+        path: policies_yml.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let dir = policies_yml.parent().unwrap_or(Path::new("."));
+    let mut policies = BTreeMap::new();
+    for (id, entry) in policies_file::parse(&text)? {
+        let policy = load_policy(runtime, &id, entry, dir, default_timeout)?;
+        policy
+            .validate_settings()
+            .map_err(|message| StartupError::Policy {
+                id: id.clone(),
+                message: format!("settings are not valid: {message}"),
+            })?;
+        policies.insert(id, policy);
+    }
+    Ok(policies)
+}
+
+fn load_policy(
+    runtime: &Runtime,
+    id: &str,
+    entry: PolicyEntry,
+    dir: &Path,
+    default_timeout: Option<Duration>,
+) -> Result<Policy, StartupError> {
+    let fail = |message: String| StartupError::Policy {
+        id: id.to_owned(),
+        message,
+    };
+    let path = policies_file::module_path(id, &entry.module, dir)?;
+    let wasm = std::fs::read(&path)
+        .map_err(|e| fail(format!("cannot read module {}: {e}", path.display())))?;
+    Metadata::of(&wasm)
+        .and_then(|metadata| metadata.check_servable())
+        .map_err(|message| fail(format!("module {}: {message}", path.display())))?;
+    let module = runtime
+        .load(&wasm)
+        .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
+    let settings = settings_from_value(entry.settings).map_err(fail)?;
+    let timeout = entry
+        .timeout_eval_seconds
+        .map(Duration::from_secs)
+        .or(default_timeout);
+    let host = OfflineHost {
+        policy_id: id.to_owned(),
+        grants: Grants {
+            host_capabilities: entry.host_capabilities,
+            context_aware_resources: entry.context_aware_resources,
+        },
+    };
+    let enforcement = Enforcement {
+        policy_id: id.to_owned(),
+        mode: entry.policy_mode,
+        allowed_to_mutate: entry.allowed_to_mutate.unwrap_or(false),
+        custom_message: entry.message,
+    };
+    Ok(Policy::new(
+        id,
+        module,
+        settings,
+        enforcement,
+        runtime.limits(timeout),
+        Arc::new(host),
+    ))
+}

@@ -1,0 +1,100 @@
+//! Our waPC host on wasmtime (spec §1.1): modules compiled once per digest,
+//! a fresh instance per evaluation, an epoch deadline and a memory cap per
+//! instance, WASI preview1 with nothing granted.
+
+mod call_state;
+mod engine;
+mod error;
+mod host_calls;
+mod module;
+mod store_data;
+mod wapc_imports;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::{Engine, Linker};
+
+pub use engine::RuntimeConfig;
+pub use error::{CallError, ContractViolation, LoadError, MemoryLimitExceeded, TIMEOUT_TEXT};
+pub use host_calls::{HostCalls, NoHostCalls};
+pub use module::{CompiledModule, DEFAULT_TIMEOUT, Digest, Limits};
+
+use engine::EpochTicker;
+use store_data::StoreData;
+
+/// The engine, the linker every module is instantiated against, and the
+/// modules compiled so far.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<StoreData>,
+    config: RuntimeConfig,
+    modules: Mutex<HashMap<Digest, Arc<CompiledModule>>>,
+    _ticker: EpochTicker,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
+        let engine = engine::engine(&config).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        wapc_imports::define(&mut linker)
+            .and_then(|()| {
+                wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |data| &mut data.wasi)
+            })
+            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
+            .map_err(|e| LoadError::Engine(format!("cannot start the epoch thread: {e}")))?;
+        Ok(Self {
+            engine,
+            linker,
+            config,
+            modules: Mutex::default(),
+            _ticker: ticker,
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// The module for these bytes, compiled on first sight. Compiling is
+    /// done outside the lock: two different modules compile in parallel.
+    pub fn load(&self, wasm: &[u8]) -> Result<Arc<CompiledModule>, LoadError> {
+        let digest: Digest = Sha256::digest(wasm).into();
+        if let Some(module) = self.cached(&digest) {
+            return Ok(module);
+        }
+        let compiled = Arc::new(CompiledModule::new(
+            &self.engine,
+            &self.linker,
+            wasm,
+            digest,
+            self.config.epoch_tick,
+            self.config.max_memory_bytes,
+        )?);
+        let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(Arc::clone(modules.entry(digest).or_insert(compiled)))
+    }
+
+    fn cached(&self, digest: &Digest) -> Option<Arc<CompiledModule>> {
+        let modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+        modules.get(digest).cloned()
+    }
+
+    /// Limits for a policy: its own timeout, the runtime's memory bound.
+    pub fn limits(&self, timeout: Option<std::time::Duration>) -> Limits {
+        Limits {
+            timeout,
+            memory_bytes: self.config.max_memory_bytes,
+        }
+    }
+}

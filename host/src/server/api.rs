@@ -1,0 +1,183 @@
+//! What the policy endpoints answer, as plain functions of the request
+//! body (spec §3.3): evaluation failures are admission denials inside a
+//! 200; only unreadable bodies and unknown policies are HTTP errors.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::admission::{AdmissionRequest, AdmissionResponse, admission_review};
+use crate::policy::Policy;
+
+/// Which endpoint: `/validate` enforces the policy's configuration,
+/// `/audit` reports its bare verdict, `/validate_raw` takes any JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Validate,
+    Audit,
+    ValidateRaw,
+}
+
+/// An answer that is not an AdmissionReview: `{"message", "status"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn body(&self) -> Value {
+        json!({"message": self.message, "status": self.status})
+    }
+
+    pub fn internal() -> Self {
+        Self::new(500, "Something went wrong")
+    }
+}
+
+/// The loaded policies and the server-wide admission settings.
+#[derive(Debug, Default)]
+pub struct Policies {
+    pub policies: BTreeMap<String, Arc<Policy>>,
+    /// Requests in this namespace are accepted without evaluation
+    /// (`--always-accept-admission-reviews-on-namespace`).
+    pub always_accept_namespace: Option<String>,
+}
+
+/// A body read and checked, ready for the (blocking) evaluation.
+#[derive(Debug)]
+pub enum Evaluation {
+    Admission {
+        policy: Arc<Policy>,
+        request: Box<AdmissionRequest>,
+    },
+    Raw {
+        policy: Arc<Policy>,
+        request: Value,
+    },
+    /// Answered without running the policy.
+    Answered(Value),
+}
+
+impl Policies {
+    /// Everything that can be decided without running the policy.
+    pub fn prepare(
+        &self,
+        endpoint: Endpoint,
+        id: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<Evaluation, ApiError> {
+        let policy = self
+            .policies
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::new(404, format!("policy `{id}` not found")))?;
+        if !content_type.is_some_and(is_json) {
+            return Err(ApiError::new(
+                415,
+                "Expected request with `Content-Type: application/json`",
+            ));
+        }
+        let document: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::new(
+                400,
+                format!("Failed to parse the request body as JSON: {e}"),
+            )
+        })?;
+        let unprocessable = |message: String| ApiError::new(422, message);
+        let Value::Object(mut document) = document else {
+            return Err(unprocessable("the body must be a JSON object".to_owned()));
+        };
+        let request = document
+            .remove("request")
+            .filter(|r| !r.is_null())
+            .ok_or_else(|| unprocessable("the body has no `request`".to_owned()))?;
+        if endpoint == Endpoint::ValidateRaw {
+            return Ok(Evaluation::Raw { policy, request });
+        }
+        if let Some(kind) = document
+            .get("kind")
+            .and_then(Value::as_str)
+            .filter(|k| *k != "AdmissionReview")
+        {
+            return Err(unprocessable(format!(
+                "expected an AdmissionReview, got a {kind}"
+            )));
+        }
+        let request: AdmissionRequest = serde_json::from_value(request)
+            .map_err(|e| unprocessable(format!("invalid AdmissionRequest: {e}")))?;
+        if request.namespace.is_some() && request.namespace == self.always_accept_namespace {
+            let accepted = AdmissionResponse {
+                uid: request.uid,
+                allowed: true,
+                ..AdmissionResponse::default()
+            };
+            return Ok(Evaluation::Answered(admission_review(&accepted)));
+        }
+        Ok(Evaluation::Admission {
+            policy,
+            request: Box::new(request),
+        })
+    }
+}
+
+impl Evaluation {
+    /// Runs the policy: blocking, wasm runs here.
+    pub fn run(self, endpoint: Endpoint) -> Value {
+        match self {
+            Self::Answered(review) => review,
+            Self::Raw { policy, request } => json!({"response": policy.validate_raw(&request)}),
+            Self::Admission { policy, request } => {
+                let response = match endpoint {
+                    Endpoint::Audit => policy.audit(&request),
+                    Endpoint::Validate | Endpoint::ValidateRaw => policy.validate(&request),
+                };
+                admission_review(&response)
+            }
+        }
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn no_policies() -> Policies {
+        Policies::default()
+    }
+
+    #[test]
+    fn unknown_policies_are_404() {
+        let error = no_policies()
+            .prepare(Endpoint::Validate, "nope", Some("application/json"), b"{}")
+            .unwrap_err();
+        assert_eq!(error.status, 404);
+        assert_eq!(
+            error.body(),
+            json!({"message": "policy `nope` not found", "status": 404})
+        );
+    }
+
+    #[test]
+    fn json_content_types_are_recognised() {
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json("application/jsonx"));
+    }
+}

@@ -1,0 +1,282 @@
+//! The policy server: policy-server's HTTP API (spec §3.3) over plain HTTP
+//! or rustls, with a bounded pool of evaluation workers and a separate
+//! readiness listener.
+
+pub mod api;
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use api::{ApiError, Endpoint, Policies};
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub address: IpAddr,
+    /// 0 picks a free port (tests).
+    pub port: u16,
+    pub readiness_port: u16,
+    /// Evaluations running at once; more requests wait for a slot.
+    pub workers: usize,
+    /// Certificate and key (PEM): HTTPS when set.
+    pub tls: Option<TlsFiles>,
+    /// The largest request body accepted. Kubernetes caps a request at
+    /// 3 MiB, and an UPDATE review carries the object twice.
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            address: IpAddr::from([0, 0, 0, 0]),
+            port: 3000,
+            readiness_port: 8081,
+            workers: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            tls: None,
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+struct App {
+    policies: Policies,
+    workers: Semaphore,
+}
+
+/// A server running on its own threads until shut down.
+#[derive(Debug)]
+pub struct RunningServer {
+    pub address: SocketAddr,
+    pub readiness_address: SocketAddr,
+    handles: [Handle<SocketAddr>; 2],
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets requests in flight finish (up to 10 s).
+    pub fn shutdown(mut self) {
+        for handle in &self.handles {
+            handle.graceful_shutdown(Some(Duration::from_secs(10)));
+        }
+        self.join();
+    }
+
+    /// Blocks until the server stops (on SIGINT or SIGTERM).
+    pub fn wait(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Binds both listeners and starts serving. Binding happens before this
+/// returns, so a port in use is reported here.
+pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer, String> {
+    let listener = TcpListener::bind((config.address, config.port))
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.address, config.port))?;
+    let readiness = TcpListener::bind((config.address, config.readiness_port)).map_err(|e| {
+        format!(
+            "cannot listen on {}:{}: {e}",
+            config.address, config.readiness_port
+        )
+    })?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let readiness_address = readiness.local_addr().map_err(|e| e.to_string())?;
+
+    // The async side only moves bytes; evaluations run on blocking threads,
+    // at most `workers` at a time.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(config.workers.max(1) + 2)
+        .thread_name("kruise-wasm-http")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let tls = match &config.tls {
+        Some(files) => Some(
+            runtime
+                .block_on(RustlsConfig::from_pem_file(&files.cert, &files.key))
+                .map_err(|e| {
+                    format!(
+                        "cannot load the TLS certificate {} and key {}: {e}",
+                        files.cert.display(),
+                        files.key.display()
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let app = Arc::new(App {
+        policies,
+        workers: Semaphore::new(config.workers.max(1)),
+    });
+    let router = policy_routes(app, config.max_body_bytes);
+    let handles = [Handle::new(), Handle::new()];
+    let (main_handle, readiness_handle) = (handles[0].clone(), handles[1].clone());
+
+    let serve_main = {
+        let tls = tls.clone();
+        async move {
+            match tls {
+                Some(tls) => {
+                    axum_server::from_tcp_rustls(listener, tls)?
+                        .handle(main_handle)
+                        .serve(router.into_make_service())
+                        .await
+                }
+                None => {
+                    axum_server::from_tcp(listener)?
+                        .handle(main_handle)
+                        .serve(router.into_make_service())
+                        .await
+                }
+            }
+        }
+    };
+    let serve_readiness = async move {
+        let router = Router::new().route("/readiness", get(|| async { StatusCode::OK }));
+        axum_server::from_tcp(readiness)?
+            .handle(readiness_handle)
+            .serve(router.into_make_service())
+            .await
+    };
+    let stop_on_signal = stop_on_signal(handles.clone());
+    let thread = std::thread::Builder::new()
+        .name("kruise-wasm-server".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let signals = tokio::spawn(stop_on_signal);
+                let (main, readiness) = tokio::join!(serve_main, serve_readiness);
+                signals.abort();
+                for result in [main, readiness] {
+                    if let Err(error) = result {
+                        eprintln!("server error: {error}");
+                    }
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the server thread: {e}"))?;
+    Ok(RunningServer {
+        address,
+        readiness_address,
+        handles,
+        thread: Some(thread),
+    })
+}
+
+/// SIGINT or SIGTERM (how Kubernetes stops a pod) shuts both listeners
+/// down gracefully.
+async fn stop_on_signal(handles: [Handle<SocketAddr>; 2]) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    for handle in &handles {
+        handle.graceful_shutdown(Some(Duration::from_secs(10)));
+    }
+}
+
+fn policy_routes(app: Arc<App>, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/validate/{id}", post(validate))
+        .route("/audit/{id}", post(audit))
+        .route("/validate_raw/{id}", post(validate_raw))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(app)
+}
+
+async fn validate(
+    state: State<Arc<App>>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    evaluate(state, id, &headers, &body, Endpoint::Validate).await
+}
+
+async fn audit(
+    state: State<Arc<App>>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    evaluate(state, id, &headers, &body, Endpoint::Audit).await
+}
+
+async fn validate_raw(
+    state: State<Arc<App>>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    evaluate(state, id, &headers, &body, Endpoint::ValidateRaw).await
+}
+
+async fn evaluate(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: &HeaderMap,
+    body: &[u8],
+    endpoint: Endpoint,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let evaluation = match app.policies.prepare(endpoint, &id, content_type, body) {
+        Ok(evaluation) => evaluation,
+        Err(error) => return error_response(&error),
+    };
+    // Waiting for a worker holds no thread; the wasm runs on a blocking one.
+    let Ok(_permit) = app.workers.acquire().await else {
+        return error_response(&ApiError::internal());
+    };
+    match tokio::task::spawn_blocking(move || evaluation.run(endpoint)).await {
+        Ok(review) => json_response(StatusCode::OK, &review),
+        Err(_) => error_response(&ApiError::internal()),
+    }
+}
+
+fn error_response(error: &ApiError) -> Response {
+    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(status, &error.body())
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the JS package: the crate for wasm32-unknown-unknown with the
+# workspace's size-tuned `wasm-release` profile, then wasm-bindgen for Node
+# (pkg/node, CommonJS) and for browsers (pkg/web, ES module). With
+# WASM_OPT=1 it also runs wasm-opt from the npm `binaryen` package on the
+# result (see README.md for why that is off by default).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
+  node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).target_directory))')
+cargo build --locked -p kruise-wasm-js --lib --target wasm32-unknown-unknown --profile wasm-release
+wasm="$target_dir/wasm32-unknown-unknown/wasm-release/kruise_wasm_js.wasm"
+
+wanted=$(node scripts/wasm-bindgen-version.js)
+have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)
+if [[ "$have" != "$wanted" ]]; then
+  echo "wasm-bindgen $wanted is needed (Cargo.lock), found '${have:-none}':" >&2
+  echo "  cargo install wasm-bindgen-cli --version $wanted --no-default-features" >&2
+  exit 1
+fi
+
+rm -rf pkg
+wasm-bindgen --target nodejs --out-dir pkg/node "$wasm"
+wasm-bindgen --target web --out-dir pkg/web "$wasm"
+
+# Each output folder is an npm package of its own. The Node one is CommonJS,
+# which must be said since this folder's package.json says "module".
+version=$(cargo metadata --format-version 1 --no-deps --locked |
+  node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).packages.find(p=>p.name=="kruise-wasm-js").version))')
+for flavour in node web; do
+  type=$([[ $flavour == node ]] && echo commonjs || echo module)
+  cat >"pkg/$flavour/package.json" <<JSON
+{
+  "name": "kruise-wasm-js",
+  "version": "$version",
+  "description": "OpenKruise's SidecarSet injection and container launch priority, compiled from kruise-core ($flavour build)",
+  "license": "Apache-2.0",
+  "type": "$type",
+  "main": "kruise_wasm_js.js",
+  "types": "kruise_wasm_js.d.ts",
+  "files": ["kruise_wasm_js.js", "kruise_wasm_js.d.ts", "kruise_wasm_js_bg.wasm", "kruise_wasm_js_bg.wasm.d.ts"]
+}
+JSON
+done
+
+if [[ "${WASM_OPT:-0}" == 1 ]]; then
+  # The features rustc enables for wasm32-unknown-unknown by default; the
+  # stripped module no longer says so itself.
+  features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+    --enable-mutable-globals --enable-reference-types --enable-multivalue)
+  node_modules/.bin/wasm-opt "${WASM_OPT_LEVEL:--O1}" "${features[@]}" \
+    pkg/web/kruise_wasm_js_bg.wasm -o pkg/web/kruise_wasm_js_bg.wasm
+  cp pkg/web/kruise_wasm_js_bg.wasm pkg/node/kruise_wasm_js_bg.wasm
+fi
+
+bytes=$(stat -c %s pkg/web/kruise_wasm_js_bg.wasm)
+gzipped=$(gzip -9c pkg/web/kruise_wasm_js_bg.wasm | wc -c)
+echo "kruise_wasm_js_bg.wasm: $bytes bytes, $gzipped gzipped (wasm-opt: ${WASM_OPT:-0})"

@@ -1,0 +1,19 @@
+// Where the shared golden cases live, and which files are cases.
+import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+/** The repository root: the static server serves some of it to Chromium. */
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The fixture folders the suites run, relative to the repository root. */
+export const SUITES = {
+  injection: 'policies/fixtures/injection',
+  'launch-priority': 'policies/fixtures/launch-priority',
+};
+
+/** The case files of a suite, sorted: every `*.yaml` of its folder. */
+export function caseFiles(suite) {
+  return readdirSync(new URL(`../../${SUITES[suite]}/`, import.meta.url))
+    .filter((name) => name.endsWith('.yaml'))
+    .sort();
+}
