@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use kruise_api::{KruiseObject, ParseError, SidecarSet, Strictness, from_value, object_from_value};
+use kruise_api::{ParseError, SidecarSet, Strictness, from_value, object_from_value};
 use kruise_core::launch_priority;
-use kruise_core::sidecarset::{HASH_ANNOTATION, InjectionContext, inject, stamp_hashes};
+use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
@@ -207,22 +207,12 @@ pub fn prepare_sidecar_set(sidecar_set: Value) -> Result<Value, Error> {
     to_value(&read_sidecar_set(sidecar_set)?)
 }
 
-/// Read strictly, then what kruise-policy-sidecarset's `prepare` does (that
-/// crate is a waPC guest, so it is not linked here): defaults, and hashes
-/// unless already stamped, since pods record the stamped ones.
+/// Read strictly, then prepare as stored (defaults, and hashes unless
+/// already stamped), as the sidecarset policy does.
 fn read_sidecar_set(document: Value) -> Result<SidecarSet, Error> {
-    let mut sidecar_set: SidecarSet =
+    let sidecar_set: SidecarSet =
         object_from_value(document, Strictness::Strict).map_err(|e| e.to_string())?;
-    sidecar_set.set_defaults();
-    let stamped = sidecar_set
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(HASH_ANNOTATION));
-    if !stamped {
-        stamp_hashes(&mut sidecar_set);
-    }
-    Ok(sidecar_set)
+    Ok(prepare_stored(sidecar_set))
 }
 
 /// `applyLaunchPriority` on JSON values.
@@ -271,6 +261,7 @@ impl From<String> for Error {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use kruise_core::sidecarset::HASH_ANNOTATION;
     use serde_json::json;
 
     use super::*;

@@ -40,7 +40,7 @@ pub use annotations::{
     HASH_ANNOTATION, HASH_WITHOUT_IMAGE_ANNOTATION, INJECTED_ENV, INJECTED_LIST_ANNOTATION,
     WORKING_HOT_UPGRADE_ANNOTATION,
 };
-pub use hash::{sidecarset_hashes, stamp_hashes};
+pub use hash::{prepare_stored, sidecarset_hashes, stamp_hashes};
 
 /// What injection needs to know besides the pod.
 #[derive(Clone, Copy, Debug, Default)]

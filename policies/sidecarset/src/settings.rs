@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kruise_api::{SidecarSet, Strictness, object_from_value};
-use kruise_core::sidecarset::{HASH_ANNOTATION, stamp_hashes};
+use kruise_core::sidecarset::prepare_stored;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -69,17 +69,7 @@ impl Settings {
 }
 
 /// Defaults and hashes, as OpenKruise's SidecarSet webhook leaves a stored
-/// SidecarSet. Defaulting twice changes nothing; a hash already stamped is
-/// kept, since pods record it.
-pub fn prepare(mut sidecar_set: SidecarSet) -> SidecarSet {
-    kruise_api::KruiseObject::set_defaults(&mut sidecar_set);
-    let stamped = sidecar_set
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(HASH_ANNOTATION));
-    if !stamped {
-        stamp_hashes(&mut sidecar_set);
-    }
-    sidecar_set
+/// SidecarSet (see [`prepare_stored`]).
+pub fn prepare(sidecar_set: SidecarSet) -> SidecarSet {
+    prepare_stored(sidecar_set)
 }

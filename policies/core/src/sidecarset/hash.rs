@@ -61,6 +61,22 @@ pub fn stamp_hashes(sidecar_set: &mut SidecarSet) {
     annotations.insert(HASH_WITHOUT_IMAGE_ANNOTATION.to_owned(), without_image);
 }
 
+/// A SidecarSet as OpenKruise's SidecarSet webhook leaves it in the cluster:
+/// defaulted, and hashed unless a hash is already stamped (pods record the
+/// stamped one). Preparing a stored SidecarSet again changes nothing.
+pub fn prepare_stored(mut sidecar_set: SidecarSet) -> SidecarSet {
+    kruise_api::KruiseObject::set_defaults(&mut sidecar_set);
+    let stamped = sidecar_set
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(HASH_ANNOTATION));
+    if !stamped {
+        stamp_hashes(&mut sidecar_set);
+    }
+    sidecar_set
+}
+
 fn hash_containers(
     containers: &[SidecarContainer],
     init_containers: &[SidecarContainer],
