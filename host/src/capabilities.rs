@@ -1,8 +1,11 @@
 //! The host capabilities a policy may call (spec §1.7): who may call what,
 //! and the answers this host can give without a cluster.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
+use crate::cluster_fixtures::{ClusterFixtures, GetRequest, ListRequest};
 use crate::runtime::HostCalls;
 
 /// A Kubernetes kind a policy may read (`contextAwareResources`).
@@ -53,12 +56,14 @@ impl Grants {
 }
 
 /// The host calls of a policy on a host without a cluster: the access
-/// checks and texts of policy-server, `tracing/log` served, everything
+/// checks and texts of policy-server, `tracing/log` served, the Kubernetes
+/// reads answered from the cluster fixtures if there are any, everything
 /// else unavailable.
 #[derive(Debug, Clone)]
 pub struct OfflineHost {
     pub policy_id: String,
     pub grants: Grants,
+    pub cluster: Option<Arc<ClusterFixtures>>,
 }
 
 const KUBERNETES_READS: [&str; 3] = [
@@ -109,9 +114,12 @@ impl HostCalls for OfflineHost {
                         asked.api_version, asked.kind
                     ));
                 }
-                Err(format!(
-                    "cannot serve kubernetes/{operation}: this host has no Kubernetes cluster"
-                ))
+                let Some(cluster) = &self.cluster else {
+                    return Err(format!(
+                        "cannot serve kubernetes/{operation}: this host has no Kubernetes cluster"
+                    ));
+                };
+                read_fixtures(cluster, operation, payload)
             }
             "kubernetes" | "oci" | "net" | "crypto" => {
                 Err(format!("cannot serve {path}: not available on this host"))
@@ -123,6 +131,32 @@ impl HostCalls for OfflineHost {
     fn console_log(&self, message: &str) {
         eprintln!("policy {}: {message}", self.policy_id);
     }
+}
+
+/// One of the three Kubernetes reads, once access has been checked.
+fn read_fixtures(
+    cluster: &ClusterFixtures,
+    operation: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, String> {
+    let unreadable = |e: serde_json::Error| format!("cannot read the {operation} request: {e}");
+    let answer = if operation == "get_resource" {
+        cluster.get(&serde_json::from_slice::<GetRequest>(payload).map_err(unreadable)?)?
+    } else {
+        let request: ListRequest = serde_json::from_slice(payload).map_err(unreadable)?;
+        if operation == "list_resources_by_namespace" && request.namespace.is_none() {
+            return Err("list_resources_by_namespace needs a namespace".to_owned());
+        }
+        // list_resources_all ignores a stray namespace, as policy-server does.
+        let request = ListRequest {
+            namespace: request
+                .namespace
+                .filter(|_| operation != "list_resources_all"),
+            ..request
+        };
+        cluster.list(&request)?
+    };
+    serde_json::to_vec(&answer).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -143,6 +177,7 @@ mod tests {
                     })
                     .collect(),
             },
+            cluster: None,
         }
     }
 
@@ -211,6 +246,26 @@ mod tests {
             payload,
         );
         assert!(granted.unwrap_err().contains("no Kubernetes cluster"));
+        let with_fixtures = OfflineHost {
+            cluster: Some(Arc::new(
+                ClusterFixtures::from_yaml(
+                    "- {apiVersion: v1, kind: Namespace, metadata: {name: default}}",
+                )
+                .unwrap(),
+            )),
+            ..host(&["kubernetes/get_resource"], &[("v1", "Namespace")])
+        };
+        let answer = with_fixtures
+            .host_call("kubewarden", "kubernetes", "get_resource", payload)
+            .unwrap();
+        let object: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(object["metadata"]["name"], "default");
+        assert_eq!(
+            with_fixtures
+                .host_call("kubewarden", "kubernetes", "list_resources_all", payload)
+                .unwrap_err(),
+            "Policy has not been granted access to the 'kubernetes/list_resources_all' host capability. The violation has been reported."
+        );
         let unknown = host(&["*"], &[]).host_call("kubewarden", "nope", "x", b"");
         assert_eq!(unknown.unwrap_err(), "unknown namespace: nope");
     }

@@ -160,6 +160,7 @@ impl Injector {
                 let host = OfflineHost {
                     policy_id: module.name.to_owned(),
                     grants: Grants::kwctl_run(),
+                    cluster: None,
                 };
                 Ok(Policy::new(
                     module.name,

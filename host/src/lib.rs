@@ -4,8 +4,11 @@
 //! it, and what the `kruise-wasm` CLI's commands are made of.
 
 pub mod admission;
+pub mod bench;
 pub mod capabilities;
 pub mod chain;
+pub mod chains_file;
+pub mod cluster_fixtures;
 pub mod inject;
 pub mod metadata;
 pub mod policies_file;

@@ -2,6 +2,7 @@
 //! (like `kwctl run`), or show what OpenKruise's pod webhook would inject
 //! into a pod or workload (like `istioctl kube-inject`).
 
+use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,11 +13,15 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, settings_from_value};
+use kruise_wasm_host::bench;
 use kruise_wasm_host::capabilities::{Grants, OfflineHost};
+use kruise_wasm_host::chains_file;
+use kruise_wasm_host::cluster_fixtures::ClusterFixtures;
 use kruise_wasm_host::inject::{
     Injector, labels_from_text, namespace_of, sidecar_sets_from_yaml, sidecarset_settings,
 };
-use kruise_wasm_host::policy::{Policy, load_policies};
+use kruise_wasm_host::metadata::Metadata;
+use kruise_wasm_host::policy::{Policy, load_policies_with_cluster};
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
 use kruise_wasm_host::server::{self, ServerConfig, TlsFiles};
 
@@ -37,6 +42,32 @@ enum Command {
     Inject(InjectArgs),
     /// Serve the policies of a policies.yml as policy-server does.
     Serve(ServeArgs),
+    /// Load a server started on loopback (embedded modules) over
+    /// keep-alive connections; print requests/s and p50/p99.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Seconds per run (at most 60).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Server certificate (PEM) for the TLS runs, with --key-file and
+    /// --ca-file; without them only plain HTTP is measured.
+    #[arg(long, requires_all = ["key_file", "ca_file"])]
+    cert_file: Option<PathBuf>,
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// The CA the client trusts.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Fresh instances created to time instantiation.
+    #[arg(long, default_value_t = 2000)]
+    instances: usize,
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +98,13 @@ struct ServeArgs {
     /// Accept every request in this namespace without evaluating it.
     #[arg(long)]
     always_accept_admission_reviews_on_namespace: Option<String>,
+    /// Answer the Kubernetes host calls from this YAML list of objects.
+    #[arg(long)]
+    cluster_fixtures: Option<PathBuf>,
+    /// Chains served at POST /mutate/<chain>: a YAML map from chain name
+    /// to policy ids, run in order (`pod-webhook: [sidecarset, launch-priority]`).
+    #[arg(long)]
+    chains: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +125,10 @@ struct RunArgs {
     /// How long each guest function may run.
     #[arg(long, default_value_t = 2)]
     timeout_seconds: u64,
+    /// Answer the Kubernetes host calls from this YAML list of objects,
+    /// granting the kinds the module's metadata declares.
+    #[arg(long)]
+    cluster_fixtures: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +157,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(&args),
         Command::Inject(args) => inject(&args),
         Command::Serve(args) => serve(&args),
+        Command::Bench(args) => bench(&args),
     };
     match outcome {
         Ok(output) => {
@@ -176,9 +219,17 @@ fn run(args: &RunArgs) -> Result<String, String> {
         .module
         .file_stem()
         .map_or_else(|| "policy".to_owned(), |s| s.to_string_lossy().into_owned());
+    let cluster = cluster_fixtures(args.cluster_fixtures.as_deref())?;
+    let mut grants = Grants::kwctl_run();
+    if cluster.is_some() {
+        grants.context_aware_resources = Metadata::of(&wasm)
+            .map(|m| m.context_aware_resources)
+            .unwrap_or_default();
+    }
     let host = OfflineHost {
         policy_id: id.clone(),
-        grants: Grants::kwctl_run(),
+        grants,
+        cluster,
     };
     let policy = Policy::new(
         &id,
@@ -247,7 +298,9 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
     .map_err(|e| e.to_string())?;
     let timeout =
         (!args.disable_timeout_protection).then(|| Duration::from_secs(args.policy_timeout));
-    let policies = load_policies(&runtime, &args.policies, timeout).map_err(|e| e.to_string())?;
+    let cluster = cluster_fixtures(args.cluster_fixtures.as_deref())?;
+    let policies = load_policies_with_cluster(&runtime, &args.policies, timeout, cluster.as_ref())
+        .map_err(|e| e.to_string())?;
     let defaults = ServerConfig::default();
     let config = ServerConfig {
         address: args.address,
@@ -262,12 +315,19 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
         ..defaults
     };
     let count = policies.len();
+    let policies: BTreeMap<_, _> = policies
+        .into_iter()
+        .map(|(id, policy)| (id, Arc::new(policy)))
+        .collect();
+    let chains = match &args.chains {
+        Some(path) => chains_file::parse(&read_text(path)?, &policies)
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+        None => BTreeMap::new(),
+    };
     let policies = server::api::Policies {
-        policies: policies
-            .into_iter()
-            .map(|(id, policy)| (id, Arc::new(policy)))
-            .collect(),
+        policies,
         always_accept_namespace: args.always_accept_admission_reviews_on_namespace.clone(),
+        chains,
     };
     let running = server::start(policies, &config)?;
     eprintln!(
@@ -282,6 +342,49 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
     );
     running.wait();
     Ok("stopped".to_owned())
+}
+
+fn cluster_fixtures(path: Option<&Path>) -> Result<Option<Arc<ClusterFixtures>>, String> {
+    path.map(|path| {
+        ClusterFixtures::from_yaml(&read_text(path)?)
+            .map(Arc::new)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    })
+    .transpose()
+}
+
+fn bench(args: &BenchArgs) -> Result<String, String> {
+    let duration = Duration::try_from_secs_f64(args.duration)
+        .ok()
+        .filter(|d| *d <= bench::MAX_DURATION && !d.is_zero())
+        .ok_or_else(|| {
+            format!(
+                "--duration must be above 0 and at most {} s",
+                bench::MAX_DURATION.as_secs()
+            )
+        })?;
+    let tls = match (&args.cert_file, &args.key_file, &args.ca_file) {
+        (Some(cert), Some(key), Some(ca)) => Some((
+            TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            ca.clone(),
+        )),
+        _ => None,
+    };
+    let runtime = runtime_with(RuntimeConfig::default())?;
+    let report = bench::run(
+        &runtime,
+        &bench::BenchConfig {
+            connections: args.connections,
+            duration,
+            workers: args.workers,
+            tls,
+            instances: args.instances,
+        },
+    )?;
+    Ok(report.join("\n"))
 }
 
 fn read_document(source: &str) -> Result<Value, String> {

@@ -16,6 +16,10 @@ pub struct Metadata {
     pub execution_mode: String,
     #[serde(default)]
     pub mutating: bool,
+    /// The kinds the policy reads; `run --cluster-fixtures` grants them, as
+    /// `kwctl run --allow-context-aware` does.
+    #[serde(default)]
+    pub context_aware_resources: Vec<crate::capabilities::ContextAwareResource>,
 }
 
 fn default_execution_mode() -> String {

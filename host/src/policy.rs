@@ -15,6 +15,7 @@ use crate::admission::{
     settings_from_value, validation_payload,
 };
 use crate::capabilities::{Grants, OfflineHost};
+use crate::cluster_fixtures::ClusterFixtures;
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
 use crate::runtime::{CompiledModule, HostCalls, Limits, Runtime};
@@ -138,6 +139,16 @@ pub fn load_policies(
     policies_yml: &Path,
     default_timeout: Option<Duration>,
 ) -> Result<BTreeMap<String, Policy>, StartupError> {
+    load_policies_with_cluster(runtime, policies_yml, default_timeout, None)
+}
+
+/// [`load_policies`], the Kubernetes reads answered from `cluster`.
+pub fn load_policies_with_cluster(
+    runtime: &Runtime,
+    policies_yml: &Path,
+    default_timeout: Option<Duration>,
+    cluster: Option<&Arc<ClusterFixtures>>,
+) -> Result<BTreeMap<String, Policy>, StartupError> {
     let text = std::fs::read_to_string(policies_yml).map_err(|e| StartupError::Read {
         path: policies_yml.display().to_string(),
         message: e.to_string(),
@@ -145,7 +156,7 @@ pub fn load_policies(
     let dir = policies_yml.parent().unwrap_or(Path::new("."));
     let mut policies = BTreeMap::new();
     for (id, entry) in policies_file::parse(&text)? {
-        let policy = load_policy(runtime, &id, entry, dir, default_timeout)?;
+        let policy = load_policy(runtime, &id, entry, dir, default_timeout, cluster.cloned())?;
         policy
             .validate_settings()
             .map_err(|message| StartupError::Policy {
@@ -163,6 +174,7 @@ fn load_policy(
     entry: PolicyEntry,
     dir: &Path,
     default_timeout: Option<Duration>,
+    cluster: Option<Arc<ClusterFixtures>>,
 ) -> Result<Policy, StartupError> {
     let fail = |message: String| StartupError::Policy {
         id: id.to_owned(),
@@ -188,6 +200,7 @@ fn load_policy(
             host_capabilities: entry.host_capabilities,
             context_aware_resources: entry.context_aware_resources,
         },
+        cluster,
     };
     let enforcement = Enforcement {
         policy_id: id.to_owned(),

@@ -433,3 +433,41 @@ fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_refuses_a_chain_of_unknown_policies() {
+    let dir = scratch_dir("cli-serve-chains");
+    let policies = dir.join("policies.yml");
+    std::fs::write(
+        &policies,
+        format!(
+            "launch-priority:\n  module: {}\n  allowedToMutate: true\n",
+            module_file(&LAUNCH_PRIORITY).display()
+        ),
+    )
+    .unwrap();
+    let chains = dir.join("chains.yml");
+    std::fs::write(&chains, "pod-webhook: [sidecarset, launch-priority]\n").unwrap();
+    let output = kruise_wasm(
+        &[
+            "serve",
+            "--policies",
+            policies.to_str().unwrap(),
+            "--chains",
+            chains.to_str().unwrap(),
+            "--port",
+            "0",
+            "--readiness-probe-port",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(
+            "chains.yml: chain `pod-webhook`: policy `sidecarset` is not in the policies file"
+        ),
+        "{stderr}"
+    );
+}

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use common::{
 };
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
 use kruise_wasm_host::admission::TIMEOUT_MESSAGE;
+use kruise_wasm_host::chains_file;
 use kruise_wasm_host::policy::load_policies;
 use kruise_wasm_host::server::api::Policies;
 use kruise_wasm_host::server::{RunningServer, ServerConfig, TlsFiles, start};
@@ -62,12 +64,17 @@ fn policies_yml(name: &str) -> PathBuf {
 fn serve(name: &str, tls: Option<TlsFiles>) -> RunningServer {
     let loaded =
         load_policies(runtime(), &policies_yml(name), Some(Duration::from_secs(2))).unwrap();
+    let policies: BTreeMap<_, _> = loaded
+        .into_iter()
+        .map(|(id, p)| (id, Arc::new(p)))
+        .collect();
+    // OpenKruise's pod webhook.
+    let chains =
+        chains_file::parse("pod-webhook: [sidecarset, launch-priority]", &policies).unwrap();
     let policies = Policies {
-        policies: loaded
-            .into_iter()
-            .map(|(id, p)| (id, Arc::new(p)))
-            .collect(),
+        policies,
         always_accept_namespace: Some("kube-system".to_owned()),
+        chains,
     };
     let config = ServerConfig {
         address: [127, 0, 0, 1].into(),
@@ -447,4 +454,137 @@ fn https_serves_the_same_answers() {
     };
     assert!(!plain_reply.starts_with(b"HTTP/1.1 200"));
     server.shutdown();
+}
+
+fn get(address: SocketAddr, path: &str) -> Reply {
+    let mut stream = TcpStream::connect(address).unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let status = reply.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = reply.split_once("\r\n\r\n").unwrap().1.to_owned();
+    Reply { status, body }
+}
+
+#[test]
+fn metrics_count_every_evaluation_by_outcome() {
+    use kruise_wasm_host::server::metrics::{evaluation_series, sample};
+    // Its own server: the shared one's counters move with the other tests.
+    let server = serve("server-metrics", None);
+    assert_eq!(get(server.readiness_address, "/livez").status, 200);
+    let test_pod = example_review("pod-test-pod.yaml");
+    let ordered = example_review("pod-launch-ordered.yaml");
+    for _ in 0..3 {
+        post(server.address, "/validate/sidecarset", &test_pod);
+    }
+    post(
+        server.address,
+        "/validate/launch-priority-validating",
+        &ordered,
+    );
+    post(server.address, "/validate/launch-priority", &test_pod);
+    post(server.address, "/validate/looping", &test_pod);
+    post(server.address, "/mutate/pod-webhook", &test_pod);
+    let mut skipped = test_pod.clone();
+    skipped["request"]["namespace"] = json!("kube-system");
+    post(server.address, "/validate/sidecarset", &skipped);
+
+    let scrape = get(server.readiness_address, "/metrics");
+    assert_eq!(scrape.status, 200);
+    let value = |series: &str| sample(&scrape.body, series);
+    assert_eq!(
+        value(&evaluation_series("sidecarset", "mutated")),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&evaluation_series("launch-priority-validating", "rejected")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&evaluation_series("launch-priority", "accepted")),
+        Some(1.0)
+    );
+    assert_eq!(value(&evaluation_series("looping", "error")), Some(1.0));
+    assert_eq!(
+        value(&evaluation_series("chain/pod-webhook", "mutated")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("kruise_wasm_policy_timeouts_total{policy=\"looping\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("kruise_wasm_policy_errors_total{policy=\"looping\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("kruise_wasm_policy_errors_total{policy=\"sidecarset\"}"),
+        None
+    );
+    assert_eq!(
+        value("kruise_wasm_policy_evaluation_latency_seconds_count{policy=\"sidecarset\"}"),
+        Some(3.0),
+        "the always-accepted request is not an evaluation"
+    );
+    server.shutdown();
+}
+
+#[test]
+fn the_pod_webhook_chain_answers_one_combined_patch() {
+    let mut review = example_review("pod-test-pod.yaml");
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"apps.kruise.io/container-launch-priority": "Ordered"});
+    let reply = post(plain().address, "/mutate/pod-webhook", &review);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let response = &reply.json()["response"];
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["uid"], review["request"]["uid"]);
+    assert_eq!(response["patchType"], "JSONPatch");
+
+    let mut pod = review["request"]["object"].clone();
+    json_patch::patch(&mut pod, &decoded_patch(response)).unwrap();
+    let containers = pod["spec"]["containers"].as_array().unwrap();
+    let names: Vec<&str> = containers
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sidecar1", "app"], "the sidecar is injected");
+    assert_eq!(pod["spec"]["volumes"][0]["name"], "log-volume");
+    // Launch priority saw the injected sidecar: it starts first.
+    let barrier = |c: &Value| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "KRUISE_CONTAINER_BARRIER")
+            .map(|e| e["valueFrom"]["configMapKeyRef"].clone())
+    };
+    assert_eq!(
+        barrier(&containers[0]),
+        Some(json!({"key": "p_0", "name": "test-pod-barrier"}))
+    );
+    assert_eq!(
+        barrier(&containers[1]),
+        Some(json!({"key": "p_-1", "name": "test-pod-barrier"}))
+    );
+}
+
+#[test]
+fn unknown_chains_are_404_and_chains_are_not_policies() {
+    let review = example_review("pod-test-pod.yaml");
+    let reply = post(plain().address, "/mutate/nope", &review);
+    assert_eq!(reply.status, 404);
+    assert_eq!(
+        reply.json(),
+        json!({"message": "chain `nope` not found", "status": 404})
+    );
+    assert_eq!(
+        post(plain().address, "/validate/pod-webhook", &review).status,
+        404
+    );
+    assert_eq!(
+        post(plain().address, "/mutate/sidecarset", &review).status,
+        404
+    );
 }

@@ -9,7 +9,7 @@ use wasmtime_wasi::I32Exit;
 
 use super::engine::{NO_DEADLINE, deadline_ticks};
 use super::error::{CallError, ContractViolation, LoadError, MemoryLimitExceeded};
-use super::host_calls::HostCalls;
+use super::host_calls::{HostCalls, NoHostCalls};
 use super::store_data::StoreData;
 
 /// What one evaluation may use.
@@ -102,6 +102,31 @@ impl CompiledModule {
         limits: Limits,
         host: Arc<dyn HostCalls>,
     ) -> Result<Vec<u8>, CallError> {
+        let (mut store, instance, deadline) = self.fresh_instance(limits, host)?;
+        let guest_call = instance
+            .get_typed_func::<(i32, i32), i32>(&mut store, GUEST_CALL)
+            .map_err(|e| CallError::Instantiate(format!("{e:#}")))?;
+        let operation_len = wapc_len(operation.len())?;
+        let payload_len = wapc_len(payload.len())?;
+        store.data_mut().wapc.begin_guest_call(operation, payload);
+        store.set_epoch_deadline(deadline);
+        match guest_call.call(&mut store, (operation_len, payload_len)) {
+            Ok(code) => store.into_data().wapc.outcome(code),
+            Err(error) => Err(classify(&error, CallError::Guest)),
+        }
+    }
+
+    /// Instantiates and initialises (`_start`, `wapc_init`) without calling
+    /// the guest: the fixed cost of every evaluation, which `bench` reports.
+    pub fn instantiate_only(&self, limits: Limits) -> Result<(), CallError> {
+        self.fresh_instance(limits, Arc::new(NoHostCalls)).map(drop)
+    }
+
+    fn fresh_instance(
+        &self,
+        limits: Limits,
+        host: Arc<dyn HostCalls>,
+    ) -> Result<(Store<StoreData>, Instance, u64), CallError> {
         let memory_bytes = limits.memory_bytes.min(self.max_memory_bytes);
         let mut store = Store::new(
             self.pre.module().engine(),
@@ -120,18 +145,7 @@ impl CompiledModule {
             .instantiate(&mut store)
             .map_err(|e| classify(&e, CallError::Instantiate))?;
         self.run_starters(&mut store, instance, deadline)?;
-
-        let guest_call = instance
-            .get_typed_func::<(i32, i32), i32>(&mut store, GUEST_CALL)
-            .map_err(|e| CallError::Instantiate(format!("{e:#}")))?;
-        let operation_len = wapc_len(operation.len())?;
-        let payload_len = wapc_len(payload.len())?;
-        store.data_mut().wapc.begin_guest_call(operation, payload);
-        store.set_epoch_deadline(deadline);
-        match guest_call.call(&mut store, (operation_len, payload_len)) {
-            Ok(code) => store.into_data().wapc.outcome(code),
-            Err(error) => Err(classify(&error, CallError::Guest)),
-        }
+        Ok((store, instance, deadline))
     }
 
     fn run_starters(

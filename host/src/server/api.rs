@@ -8,15 +8,18 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::admission::{AdmissionRequest, AdmissionResponse, admission_review};
+use crate::chain::run_chain;
 use crate::policy::Policy;
 
 /// Which endpoint: `/validate` enforces the policy's configuration,
-/// `/audit` reports its bare verdict, `/validate_raw` takes any JSON.
+/// `/audit` reports its bare verdict, `/validate_raw` takes any JSON,
+/// `/mutate` runs a chain (ours, not policy-server's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Validate,
     Audit,
     ValidateRaw,
+    Mutate,
 }
 
 /// An answer that is not an AdmissionReview: `{"message", "status"}`.
@@ -50,6 +53,8 @@ pub struct Policies {
     /// Requests in this namespace are accepted without evaluation
     /// (`--always-accept-admission-reviews-on-namespace`).
     pub always_accept_namespace: Option<String>,
+    /// `/mutate/<chain>`: policies run in order (the `--chains` file).
+    pub chains: BTreeMap<String, Vec<Arc<Policy>>>,
 }
 
 /// A body read and checked, ready for the (blocking) evaluation.
@@ -63,8 +68,21 @@ pub enum Evaluation {
         policy: Arc<Policy>,
         request: Value,
     },
+    Chain {
+        /// `chain/<name>`: never a policy id, which cannot contain `/`.
+        label: String,
+        policies: Vec<Arc<Policy>>,
+        request: Box<AdmissionRequest>,
+    },
     /// Answered without running the policy.
     Answered(Value),
+}
+
+/// What an endpoint's id names.
+enum Target {
+    Policy(Arc<Policy>),
+    Raw(Arc<Policy>),
+    Chain(Vec<Arc<Policy>>),
 }
 
 impl Policies {
@@ -76,11 +94,7 @@ impl Policies {
         content_type: Option<&str>,
         body: &[u8],
     ) -> Result<Evaluation, ApiError> {
-        let policy = self
-            .policies
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ApiError::new(404, format!("policy `{id}` not found")))?;
+        let target = self.target(endpoint, id)?;
         if !content_type.is_some_and(is_json) {
             return Err(ApiError::new(
                 415,
@@ -101,7 +115,7 @@ impl Policies {
             .remove("request")
             .filter(|r| !r.is_null())
             .ok_or_else(|| unprocessable("the body has no `request`".to_owned()))?;
-        if endpoint == Endpoint::ValidateRaw {
+        if let Target::Raw(policy) = target {
             return Ok(Evaluation::Raw { policy, request });
         }
         if let Some(kind) = document
@@ -123,9 +137,37 @@ impl Policies {
             };
             return Ok(Evaluation::Answered(admission_review(&accepted)));
         }
-        Ok(Evaluation::Admission {
-            policy,
-            request: Box::new(request),
+        let request = Box::new(request);
+        Ok(match target {
+            Target::Chain(policies) => Evaluation::Chain {
+                label: format!("chain/{id}"),
+                policies,
+                request,
+            },
+            Target::Raw(policy) | Target::Policy(policy) => {
+                Evaluation::Admission { policy, request }
+            }
+        })
+    }
+
+    fn target(&self, endpoint: Endpoint, id: &str) -> Result<Target, ApiError> {
+        if endpoint == Endpoint::Mutate {
+            return self
+                .chains
+                .get(id)
+                .cloned()
+                .map(Target::Chain)
+                .ok_or_else(|| ApiError::new(404, format!("chain `{id}` not found")));
+        }
+        let policy = self
+            .policies
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::new(404, format!("policy `{id}` not found")))?;
+        Ok(if endpoint == Endpoint::ValidateRaw {
+            Target::Raw(policy)
+        } else {
+            Target::Policy(policy)
         })
     }
 }
@@ -136,10 +178,18 @@ impl Evaluation {
         match self {
             Self::Answered(review) => review,
             Self::Raw { policy, request } => json!({"response": policy.validate_raw(&request)}),
+            Self::Chain {
+                policies, request, ..
+            } => {
+                let members: Vec<&Policy> = policies.iter().map(AsRef::as_ref).collect();
+                admission_review(&run_chain(&members, &request).response)
+            }
             Self::Admission { policy, request } => {
                 let response = match endpoint {
                     Endpoint::Audit => policy.audit(&request),
-                    Endpoint::Validate | Endpoint::ValidateRaw => policy.validate(&request),
+                    Endpoint::Validate | Endpoint::ValidateRaw | Endpoint::Mutate => {
+                        policy.validate(&request)
+                    }
                 };
                 admission_review(&response)
             }

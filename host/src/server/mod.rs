@@ -3,12 +3,13 @@
 //! readiness listener.
 
 pub mod api;
+pub mod metrics;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -21,7 +22,8 @@ use axum_server::tls_rustls::RustlsConfig;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use api::{ApiError, Endpoint, Policies};
+use api::{ApiError, Endpoint, Evaluation, Policies};
+use metrics::Metrics;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -60,6 +62,7 @@ impl Default for ServerConfig {
 struct App {
     policies: Policies,
     workers: Semaphore,
+    metrics: Arc<Metrics>,
 }
 
 /// A server running on its own threads until shut down.
@@ -129,9 +132,11 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
         ),
         None => None,
     };
+    let metrics = Arc::new(Metrics::default());
     let app = Arc::new(App {
         policies,
         workers: Semaphore::new(config.workers.max(1)),
+        metrics: Arc::clone(&metrics),
     });
     let router = policy_routes(app, config.max_body_bytes);
     let handles = [Handle::new(), Handle::new()];
@@ -157,7 +162,7 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
         }
     };
     let serve_readiness = async move {
-        let router = Router::new().route("/readiness", get(|| async { StatusCode::OK }));
+        let router = probe_routes(metrics);
         axum_server::from_tcp(readiness)?
             .handle(readiness_handle)
             .serve(router.into_make_service())
@@ -207,11 +212,34 @@ async fn stop_on_signal(handles: [Handle<SocketAddr>; 2]) {
     }
 }
 
+/// The probe listener (plain HTTP, not exposed to the API server):
+/// readiness as policy-server, plus liveness and the Prometheus scrape.
+/// Liveness answers from the async side only, so a pool busy with slow
+/// policies does not get the pod restarted.
+fn probe_routes(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/readiness", get(|| async { StatusCode::OK }))
+        .route("/livez", get(|| async { StatusCode::OK }))
+        .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+            }),
+        )
+}
+
 fn policy_routes(app: Arc<App>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/validate/{id}", post(validate))
         .route("/audit/{id}", post(audit))
         .route("/validate_raw/{id}", post(validate_raw))
+        .route("/mutate/{chain}", post(mutate))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(app)
 }
@@ -243,6 +271,15 @@ async fn validate_raw(
     evaluate(state, id, &headers, &body, Endpoint::ValidateRaw).await
 }
 
+async fn mutate(
+    state: State<Arc<App>>,
+    chain: Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    evaluate(state, chain, &headers, &body, Endpoint::Mutate).await
+}
+
 async fn evaluate(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
@@ -261,8 +298,22 @@ async fn evaluate(
     let Ok(_permit) = app.workers.acquire().await else {
         return error_response(&ApiError::internal());
     };
+    let policy = match &evaluation {
+        Evaluation::Admission { policy, .. } | Evaluation::Raw { policy, .. } => {
+            Some(policy.id.clone())
+        }
+        Evaluation::Chain { label, .. } => Some(label.clone()),
+        Evaluation::Answered(_) => None,
+    };
+    let started = Instant::now();
     match tokio::task::spawn_blocking(move || evaluation.run(endpoint)).await {
-        Ok(review) => json_response(StatusCode::OK, &review),
+        Ok(review) => {
+            if let Some(policy) = policy {
+                app.metrics
+                    .record(&policy, &review["response"], started.elapsed());
+            }
+            json_response(StatusCode::OK, &review)
+        }
         Err(_) => error_response(&ApiError::internal()),
     }
 }

@@ -2,6 +2,7 @@
 //! host, the controllers and the JS package. No I/O, no clocks, no threads:
 //! time and cluster state are passed in.
 
+pub mod cloneset;
 pub mod launch_priority;
 pub mod selector;
 pub mod sidecarset;

@@ -1,0 +1,284 @@
+//! A cluster read from a file (`--cluster-fixtures`): what the Kubernetes
+//! host capabilities answer when there is no cluster, so tests and the
+//! offline CLI can run context-aware policies.
+//!
+//! The file is a YAML list of objects (or a `kind: List` with `items`). An
+//! object without `metadata.namespace` is cluster-scoped. Label selectors
+//! are equality-based (`k=v`, `k==v`, `k!=v`) plus existence (`k`, `!k`);
+//! set-based ones (`in`, `notin`) and field selectors are refused with a
+//! message; `field_masks` are ignored (the whole object is returned).
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The objects of the fixtures file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterFixtures {
+    objects: Vec<Value>,
+}
+
+/// The payload of `list_resources_all` / `list_resources_by_namespace`.
+#[derive(Debug, Deserialize)]
+pub struct ListRequest {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub label_selector: Option<String>,
+    #[serde(default)]
+    pub field_selector: Option<String>,
+}
+
+/// The payload of `get_resource`.
+#[derive(Debug, Deserialize)]
+pub struct GetRequest {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+impl ClusterFixtures {
+    pub fn from_yaml(text: &str) -> Result<Self, String> {
+        let document: Value =
+            serde_yaml::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
+        let objects = match document {
+            Value::Array(objects) => objects,
+            Value::Object(mut list) if list.get("kind") == Some(&json!("List")) => {
+                match list.remove("items") {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                }
+            }
+            Value::Null => Vec::new(),
+            _ => return Err("expected a list of Kubernetes objects".to_owned()),
+        };
+        for (index, object) in objects.iter().enumerate() {
+            if object["apiVersion"].as_str().is_none()
+                || object["kind"].as_str().is_none()
+                || object["metadata"]["name"].as_str().is_none()
+            {
+                return Err(format!(
+                    "object {index} has no apiVersion, kind or metadata.name"
+                ));
+            }
+        }
+        Ok(Self { objects })
+    }
+
+    fn of_kind<'a>(
+        &'a self,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = &'a Value> {
+        self.objects
+            .iter()
+            .filter(move |o| o["apiVersion"] == api_version && o["kind"] == kind)
+    }
+
+    /// A Kubernetes List, as the API server (and policy-server) answers.
+    pub fn list(&self, request: &ListRequest) -> Result<Value, String> {
+        if request
+            .field_selector
+            .as_deref()
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err("field selectors are not supported by the cluster fixtures".to_owned());
+        }
+        let selector = Selector::parse(request.label_selector.as_deref().unwrap_or_default())?;
+        if let Some(namespace) = &request.namespace
+            && self
+                .of_kind(&request.api_version, &request.kind)
+                .any(|o| o["metadata"]["namespace"].is_null())
+        {
+            return Err(format!(
+                "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
+                request.api_version, request.kind
+            ));
+        }
+        let items: Vec<Value> = self
+            .of_kind(&request.api_version, &request.kind)
+            .filter(|o| {
+                request
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|ns| o["metadata"]["namespace"] == ns.as_str())
+            })
+            .filter(|o| selector.matches(&o["metadata"]["labels"]))
+            .cloned()
+            .collect();
+        Ok(json!({
+            "apiVersion": request.api_version,
+            "kind": "List",
+            "metadata": {"resourceVersion": ""},
+            "items": items,
+        }))
+    }
+
+    /// One object; the API server's NotFound text when there is none.
+    pub fn get(&self, request: &GetRequest) -> Result<Value, String> {
+        self.of_kind(&request.api_version, &request.kind)
+            .find(|o| {
+                o["metadata"]["name"] == request.name.as_str()
+                    && match &request.namespace {
+                        Some(ns) => o["metadata"]["namespace"] == ns.as_str(),
+                        None => o["metadata"]["namespace"].is_null(),
+                    }
+            })
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "{} \"{}\" not found",
+                    request.kind.to_lowercase(),
+                    request.name
+                )
+            })
+    }
+}
+
+/// One requirement of an equality-based selector.
+#[derive(Debug, PartialEq)]
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    Exists(String),
+    Absent(String),
+}
+
+#[derive(Debug, PartialEq)]
+struct Selector(Vec<Requirement>);
+
+impl Selector {
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut requirements = Vec::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            if term.contains('(') || term.contains(' ') {
+                return Err(format!(
+                    "label selector `{text}`: only equality-based selectors (k=v, k!=v, k, !k) are supported"
+                ));
+            }
+            let owned = |s: &str| s.trim().to_owned();
+            let requirement = if let Some((key, value)) = term.split_once("!=") {
+                Requirement::NotEquals(owned(key), owned(value))
+            } else if let Some((key, value)) =
+                term.split_once("==").or_else(|| term.split_once('='))
+            {
+                Requirement::Equals(owned(key), owned(value))
+            } else if let Some(key) = term.strip_prefix('!') {
+                Requirement::Absent(owned(key))
+            } else {
+                Requirement::Exists(owned(term))
+            };
+            requirements.push(requirement);
+        }
+        Ok(Self(requirements))
+    }
+
+    fn matches(&self, labels: &Value) -> bool {
+        let label = |key: &str| labels.get(key).and_then(Value::as_str);
+        self.0.iter().all(|requirement| match requirement {
+            Requirement::Equals(key, value) => label(key) == Some(value.as_str()),
+            Requirement::NotEquals(key, value) => label(key) != Some(value.as_str()),
+            Requirement::Exists(key) => label(key).is_some(),
+            Requirement::Absent(key) => label(key).is_none(),
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const FIXTURES: &str = r"
+- {apiVersion: v1, kind: Namespace, metadata: {name: default, labels: {env: prod}}}
+- {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: default, labels: {app: web, tier: fe}}}
+- {apiVersion: v1, kind: Pod, metadata: {name: b, namespace: default, labels: {app: db}}}
+- {apiVersion: v1, kind: Pod, metadata: {name: c, namespace: other}}
+";
+
+    fn names(list: &Value) -> Vec<&str> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect()
+    }
+
+    fn list(namespace: Option<&str>, selector: Option<&str>) -> Result<Value, String> {
+        ClusterFixtures::from_yaml(FIXTURES)
+            .unwrap()
+            .list(&ListRequest {
+                api_version: "v1".to_owned(),
+                kind: "Pod".to_owned(),
+                namespace: namespace.map(str::to_owned),
+                label_selector: selector.map(str::to_owned),
+                field_selector: None,
+            })
+    }
+
+    #[test]
+    fn lists_filter_by_namespace_and_labels() {
+        let all = list(None, None).unwrap();
+        assert_eq!(all["kind"], "List");
+        assert_eq!(names(&all), ["a", "b", "c"]);
+        assert_eq!(names(&list(Some("default"), None).unwrap()), ["a", "b"]);
+        assert_eq!(names(&list(None, Some("app=web")).unwrap()), ["a"]);
+        assert_eq!(names(&list(None, Some("app==db")).unwrap()), ["b"]);
+        assert_eq!(names(&list(None, Some("app!=web")).unwrap()), ["b", "c"]);
+        assert_eq!(names(&list(None, Some("app,!tier")).unwrap()), ["b"]);
+        assert!(
+            list(None, Some("app in (web)"))
+                .unwrap_err()
+                .contains("only equality-based")
+        );
+    }
+
+    #[test]
+    fn gets_find_one_object_or_say_not_found() {
+        let fixtures = ClusterFixtures::from_yaml(FIXTURES).unwrap();
+        let get = |kind: &str, name: &str, namespace: Option<&str>| {
+            fixtures.get(&GetRequest {
+                api_version: "v1".to_owned(),
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                namespace: namespace.map(str::to_owned),
+            })
+        };
+        assert_eq!(
+            get("Namespace", "default", None).unwrap()["metadata"]["labels"]["env"],
+            "prod"
+        );
+        assert_eq!(
+            get("Pod", "a", Some("default")).unwrap()["metadata"]["name"],
+            "a"
+        );
+        assert_eq!(
+            get("Pod", "a", Some("other")).unwrap_err(),
+            "pod \"a\" not found"
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_kinds_are_not_listed_by_namespace() {
+        let fixtures = ClusterFixtures::from_yaml(FIXTURES).unwrap();
+        let error = fixtures
+            .list(&ListRequest {
+                api_version: "v1".to_owned(),
+                kind: "Namespace".to_owned(),
+                namespace: Some("default".to_owned()),
+                label_selector: None,
+                field_selector: None,
+            })
+            .unwrap_err();
+        assert!(error.contains("cluster-scoped"), "{error}");
+        assert!(
+            ClusterFixtures::from_yaml("- {kind: Pod}")
+                .unwrap_err()
+                .contains("object 0")
+        );
+    }
+}

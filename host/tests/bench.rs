@@ -1,0 +1,63 @@
+//! `kruise-wasm bench` end to end, briefly: every run completes over both
+//! transports without a failed request. Timings are not asserted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kruise-wasm"))
+        .arg("bench")
+        .args(args)
+        .env("KRUISE_WASM_CACHE_DIR", common::cache_dir())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bench_loads_both_transports_without_errors() {
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let file = |name: &str| tls.join(name).to_str().unwrap().to_owned();
+    let output = bench(&[
+        "--duration",
+        "0.3",
+        "--connections",
+        "2",
+        "--instances",
+        "3",
+        "--cert-file",
+        &file("server.pem"),
+        "--key-file",
+        &file("server-key.pem"),
+        "--ca-file",
+        &file("ca.pem"),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let report = String::from_utf8(output.stdout).unwrap();
+    let runs: Vec<&str> = report.lines().filter(|l| l.contains("req/s")).collect();
+    assert_eq!(runs.len(), 4, "{report}");
+    for (run, (transport, policy)) in runs.iter().zip([
+        ("http ", "launch-priority"),
+        ("http ", "sidecarset"),
+        ("https", "launch-priority"),
+        ("https", "sidecarset"),
+    ]) {
+        assert!(run.starts_with(transport) && run.contains(policy), "{run}");
+        assert!(run.ends_with(" 0 errors)"), "{run}");
+        assert!(!run.contains("(0 requests"), "{run}");
+    }
+    assert!(report.contains("over 3 instances"), "{report}");
+}
+
+#[test]
+fn bench_durations_are_bounded() {
+    let output = bench(&["--duration", "61"]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("at most 60 s"),
+        "{output:?}"
+    );
+}
