@@ -5,29 +5,13 @@
 
 mod guest;
 
-use std::path::Path;
-
 use guest::{Guest, custom_sections, pod_create, validation_request};
 use kruise_policy_modules::LAUNCH_PRIORITY;
 use kruise_policy_support::Outcome;
 use serde_json::{Value, json};
 
 fn golden_cases() -> Vec<(String, Value)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/launch-priority");
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (
-                name,
-                serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(),
-            )
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    cases
+    guest::golden_cases("launch-priority")
 }
 
 /// The native policy's answer, as the guest would serialise it.

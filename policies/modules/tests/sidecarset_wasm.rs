@@ -9,7 +9,6 @@
 mod guest;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use guest::{Guest, custom_sections, validation_request};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -20,21 +19,7 @@ use kruise_policy_sidecarset::{Cluster, Environment, NoCluster, Settings, evalua
 use serde_json::{Value, json};
 
 fn cases() -> Vec<(String, Value)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/injection");
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (
-                name,
-                serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(),
-            )
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    cases
+    guest::golden_cases("injection")
 }
 
 fn request(case: &Value) -> Value {

@@ -77,6 +77,25 @@ impl Guest {
     }
 }
 
+/// The cases of one folder of policies/fixtures, by file name.
+pub fn golden_cases(folder: &str) -> Vec<(String, Value)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(folder);
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&p).unwrap();
+            (name, serde_yaml::from_str(&text).unwrap())
+        })
+        .collect();
+    cases.sort_by(|a, b| a.0.cmp(&b.0));
+    cases
+}
+
 /// An AdmissionRequest creating `object`, shaped as policy-server sends it.
 pub fn pod_create(object: &Value) -> Value {
     let mut request = json!({
