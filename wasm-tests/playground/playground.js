@@ -2,6 +2,8 @@
 // launch priority if asked), show the result, a diff and the JSON patch.
 import init, {
   applyLaunchPriority,
+  cloneSetStatus,
+  planCloneSet,
   injectSidecars,
   jsonPatch,
   nameSuffixAlphabet,
@@ -9,6 +11,7 @@ import init, {
 } from '../pkg/web/kruise_wasm_js.js';
 import YAML from '../node_modules/yaml/browser/index.js';
 import { lineDiff } from './linediff.js';
+import { RolloutSim } from './rollout.js';
 
 /** Pod + SidecarSet pairs from policies/fixtures/examples. */
 const EXAMPLES = [
@@ -132,12 +135,96 @@ function inject() {
   }
 }
 
+/** A number if the text is an integer, else the text (an IntOrString). */
+const intOrString = (text) => (/^\s*-?\d+\s*$/.test(text) ? Number(text) : text.trim());
+
+const COLUMNS = ['desired', 'updated', 'updatedReady', 'ready', 'total', 'old', 'new'];
+
+/** What a plan writes, in a few words. */
+function summarize(plan) {
+  const parts = [];
+  for (const { revision, count } of plan.create) parts.push(`create ${count} on ${revision}`);
+  if (plan.delete.length) parts.push(`delete ${plan.delete.join(', ')}`);
+  if (plan.markSpecifiedDelete.length) parts.push(`mark for deletion ${plan.markSpecifiedDelete.join(', ')}`);
+  for (const { pod, revision } of plan.inPlaceUpdate) parts.push(`update ${pod} in place to ${revision}`);
+  for (const { pod, to } of plan.lifecycle) parts.push(`${pod} → ${to}`);
+  if (plan.inPlaceComplete.length) parts.push(`in-place done: ${plan.inPlaceComplete.map((c) => c.pod).join(', ')}`);
+  return `${plan.stage}${parts.length ? `: ${parts.join('; ')}` : ''}`;
+}
+
+/**
+ * Runs the rollout: reconcile while rounds write; when one writes nothing,
+ * the pods become Ready (a row `E`); stop when that changes nothing either.
+ */
+function rollout() {
+  const table = $('rollout-table');
+  table.textContent = '';
+  try {
+    const template = (image) => ({ metadata: { labels: { app: 'demo' } }, spec: { containers: [{ name: 'app', image }] } });
+    const cloneset = {
+      apiVersion: 'apps.kruise.io/v1alpha1',
+      kind: 'CloneSet',
+      metadata: { name: 'demo', namespace: 'default', generation: 2 },
+      spec: {
+        replicas: Number($('rollout-replicas').value),
+        selector: { matchLabels: { app: 'demo' } },
+        template: template('nginx:1.1'),
+        updateStrategy: {
+          type: $('rollout-type').value,
+          partition: intOrString($('rollout-partition').value),
+          maxSurge: intOrString($('rollout-max-surge').value),
+          maxUnavailable: intOrString($('rollout-max-unavailable').value),
+        },
+      },
+    };
+    const revisions = {
+      current: 'demo-aaaaa',
+      update: 'demo-bbbbb',
+      templates: { 'demo-aaaaa': template('nginx:1.0'), 'demo-bbbbb': template('nginx:1.1') },
+    };
+    const api = { planCloneSet, cloneSetStatus };
+    const sim = new RolloutSim(api, cloneset, revisions, { count: cloneset.spec.replicas, revision: 'demo-aaaaa' });
+    const head = table.insertRow();
+    for (const text of ['step', 'round', ...COLUMNS, 'writes']) head.appendChild(document.createElement('th')).textContent = text;
+    const row = (step, round, writes) => {
+      const tr = table.insertRow();
+      const columns = sim.columns();
+      for (const text of [step, round, ...COLUMNS.map((c) => columns[c]), writes]) tr.insertCell().textContent = String(text);
+    };
+    row(0, 'start', '');
+    let reconciles = 0;
+    for (let step = 1; step <= 200; step++) {
+      const plan = sim.reconcile();
+      if (plan.modifies) {
+        reconciles += 1;
+        row(step, `R${reconciles}`, summarize(plan));
+        continue;
+      }
+      const before = JSON.stringify(sim.pods);
+      sim.makeReady();
+      if (JSON.stringify(sim.pods) === before) {
+        row(step, 'done', summarize(plan));
+        $('rollout-status').dataset.state = 'ok';
+        $('rollout-status').textContent = `Steady after ${reconciles} writing rounds.`;
+        return;
+      }
+      row(step, 'E', 'the pods become Ready');
+    }
+    throw new Error('no steady state after 200 steps');
+  } catch (error) {
+    $('rollout-status').dataset.state = 'error';
+    $('rollout-status').textContent = error.message;
+  }
+}
+
 for (const { id, title } of EXAMPLES) $('example').add(new Option(title, id));
 $('example').addEventListener('change', (event) =>
   loadExample(event.target.value).catch((error) => setStatus('error', error.message)),
 );
 $('inject').addEventListener('click', inject);
+$('rollout').addEventListener('click', rollout);
 
 await init();
 $('inject').disabled = false;
+$('rollout').disabled = false;
 setStatus('idle', 'Choose an example or paste a pod and SidecarSets, then press Inject.');

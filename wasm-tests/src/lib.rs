@@ -1,5 +1,6 @@
 //! kruise-core for JavaScript: SidecarSet injection, container launch
-//! priority and JSON patches, exported with wasm-bindgen.
+//! priority, JSON patches and the CloneSet rollout planner, exported with
+//! wasm-bindgen.
 //!
 //! Objects cross the boundary as plain JS objects. Inside they travel as
 //! JSON text (`JSON.stringify` in, `JSON.parse` out): serde_json is linked
@@ -14,12 +15,15 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
-use kruise_api::{ParseError, SidecarSet, Strictness, from_value, object_from_value};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::cloneset::CloneSetStatus;
+use kruise_api::{CloneSet, ParseError, SidecarSet, Strictness, from_value, object_from_value};
+use kruise_core::cloneset::{self, Diffs, FeatureGates, Plan, PlanError, PlanInput, Revisions};
 use kruise_core::launch_priority;
 use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -51,6 +55,74 @@ export interface Injection {
   pod: KubeObject;
   /** Names of the SidecarSets applied, sorted. */
   sidecarSets: string[];
+}
+
+/** What `planCloneSet` takes: one planning round's input. */
+export interface PlanRequest {
+  /** An apps.kruise.io/v1alpha1 CloneSet. */
+  cloneset: KubeObject;
+  /** The CloneSet's pods (inactive ones are ignored). */
+  pods: KubeObject[];
+  /** The revisions as plain data. */
+  revisions: CloneSetRevisions;
+  /** The current time (RFC 3339). */
+  now: string;
+  /** Feature gates that change planning; both default off. */
+  gates?: { partitionRollback?: boolean; preparingUpdateAsUpdate?: boolean };
+}
+
+/** Revision names and the pod template (a ControllerRevision's spec.template) each holds. */
+export interface CloneSetRevisions {
+  current: string;
+  update: string;
+  templates: { [revision: string]: KubeObject };
+}
+
+/** What `cloneSetStatus` takes. */
+export interface StatusRequest {
+  cloneset: KubeObject;
+  pods: KubeObject[];
+  revisions: CloneSetRevisions;
+  /** The status written last round (its conditions are carried on). */
+  previous?: KubeObject;
+  now: string;
+}
+
+/** The numbers Scale and Update act on. */
+export interface CloneSetDiffs {
+  scaleSurge: number; scaleOldSurge: number; updateSurge: number; updateOldSurge: number;
+  useSurge: number; useSurgeOld: number; scaleUpNum: number; scaleUpNumOld: number;
+  scaleUpLimit: number; scaleDownNum: number; scaleDownNumOld: number;
+  deleteReadyLimit: number; updateNum: number; updateMaxUnavailable: number;
+}
+
+/** One round's writes, as `planCloneSet` returns them. Every key is always present. */
+export interface CloneSetPlan {
+  stage: "Idle" | "Scale" | "Refresh" | "Update";
+  create: { revision: string; count: number }[];
+  delete: string[];
+  markSpecifiedDelete: string[];
+  lifecycle: { pod: string; to: string; markNotReady: boolean }[];
+  inPlaceUpdate: {
+    pod: string;
+    revision: string;
+    images: { [container: string]: string };
+    /** null: remove the label/annotation. */
+    labels: { [key: string]: string | null };
+    annotations: { [key: string]: string | null };
+    envFromMetadataContainers: string[];
+    graceSeconds: number;
+  }[];
+  inPlaceComplete: { pod: string; to: string | null }[];
+  applyGraced: string[];
+  templateHashFix: { pod: string; value: string }[];
+  scaleUpLimited: boolean;
+  errors: { kind: "NotInPlaceUpdatable" | "UnknownRevision"; pod: string; revision?: string }[];
+  scaleDiffs: CloneSetDiffs;
+  updateDiffs: CloneSetDiffs | null;
+  requeueAfterSeconds: number | null;
+  /** The plan asks for at least one write. */
+  modifies: boolean;
 }
 
 /** One RFC 6902 operation. */
@@ -116,6 +188,22 @@ pub fn normalize_pod_js(
     #[wasm_bindgen(unchecked_param_type = "KubeObject")] pod: &JsValue,
 ) -> Result<JsValue, JsError> {
     to_js(&normalize_pod(from_js(pod, "the pod")?)?)
+}
+
+/// One CloneSet reconcile round: Scale, and Update if Scale wrote nothing.
+#[wasm_bindgen(js_name = planCloneSet, unchecked_return_type = "CloneSetPlan")]
+pub fn plan_clone_set_js(
+    #[wasm_bindgen(unchecked_param_type = "PlanRequest")] request: &JsValue,
+) -> Result<JsValue, JsError> {
+    to_js(&plan_clone_set(from_js(request, "the request")?)?)
+}
+
+/// The CloneSet status to write after a round, from the pods.
+#[wasm_bindgen(js_name = cloneSetStatus, unchecked_return_type = "KubeObject")]
+pub fn clone_set_status_js(
+    #[wasm_bindgen(unchecked_param_type = "StatusRequest")] request: &JsValue,
+) -> Result<JsValue, JsError> {
+    to_js(&clone_set_status(from_js(request, "the request")?)?)
 }
 
 /// The characters generated pod name suffixes are drawn from.
@@ -199,6 +287,193 @@ pub fn inject_sidecars(request: Value) -> Result<Value, Error> {
     to_value(&InjectResponse {
         pod: injection.pod,
         sidecar_sets: injection.sidecar_sets,
+    })
+}
+
+/// The fields of [`PlanRequest`] and [`StatusRequest`] in the TypeScript
+/// declarations (`previous` only for the status, `gates` only for the plan).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CloneSetRequest {
+    cloneset: Value,
+    pods: Vec<Value>,
+    revisions: RevisionsData,
+    now: String,
+    gates: Option<Gates>,
+    previous: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RevisionsData {
+    current: String,
+    update: String,
+    templates: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Gates {
+    #[serde(default)]
+    partition_rollback: bool,
+    #[serde(default)]
+    preparing_update_as_update: bool,
+}
+
+struct CloneSetInput {
+    cloneset: CloneSet,
+    pods: Vec<Pod>,
+    revisions: Revisions,
+    now: Timestamp,
+    gates: FeatureGates,
+    previous: Option<CloneSetStatus>,
+}
+
+/// Reads a [`CloneSetRequest`]; `for_status` says which of `gates` (plan)
+/// and `previous` (status) is allowed.
+fn read_clone_set_request(request: Value, for_status: bool) -> Result<CloneSetInput, Error> {
+    let request: CloneSetRequest =
+        from_value(request, Strictness::Strict).map_err(|e| match e {
+            ParseError::Field { path, message } if path == "." => format!("request: {message}"),
+            e => format!("request: {e}"),
+        })?;
+    if !for_status && request.previous.is_some() {
+        return Err(Error("request: unknown field previous".to_owned()));
+    }
+    if for_status && request.gates.is_some() {
+        return Err(Error("request: unknown field gates".to_owned()));
+    }
+    let cloneset: CloneSet = object_from_value(request.cloneset, Strictness::Strict)
+        .map_err(|e| format!("cloneset: {e}"))?;
+    let pods = request
+        .pods
+        .into_iter()
+        .enumerate()
+        .map(|(index, document)| {
+            let name = document["metadata"]["name"]
+                .as_str()
+                .unwrap_or("unnamed")
+                .to_owned();
+            from_value::<Pod>(document, Strictness::Strict)
+                .map_err(|e| format!("pods[{index}] ({name}): {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let templates = request
+        .revisions
+        .templates
+        .into_iter()
+        .map(|(name, document)| {
+            from_value::<PodTemplateSpec>(document, Strictness::Strict)
+                .map(|template| (name.clone(), template))
+                .map_err(|e| format!("revisions.templates.{name}: {e}"))
+        })
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    let now: Timestamp = request.now.parse().map_err(|e| format!("now: {e}"))?;
+    let gates = request.gates.unwrap_or_default();
+    let previous = request
+        .previous
+        .map(|document| {
+            from_value::<CloneSetStatus>(document, Strictness::Strict)
+                .map_err(|e| format!("previous: {e}"))
+        })
+        .transpose()?;
+    Ok(CloneSetInput {
+        cloneset,
+        pods,
+        revisions: Revisions {
+            current: request.revisions.current,
+            update: request.revisions.update,
+            templates,
+        },
+        now,
+        gates: FeatureGates {
+            partition_rollback: gates.partition_rollback,
+            preparing_update_as_update: gates.preparing_update_as_update,
+        },
+        previous,
+    })
+}
+
+/// `planCloneSet` on JSON values.
+pub fn plan_clone_set(request: Value) -> Result<Value, Error> {
+    let input = read_clone_set_request(request, false)?;
+    let plan = cloneset::plan(&PlanInput {
+        cloneset: &input.cloneset,
+        pods: &input.pods,
+        revisions: &input.revisions,
+        now: input.now,
+        gates: input.gates,
+    });
+    Ok(plan_to_json(&plan))
+}
+
+/// `cloneSetStatus` on JSON values.
+pub fn clone_set_status(request: Value) -> Result<Value, Error> {
+    let input = read_clone_set_request(request, true)?;
+    to_value(&cloneset::compute_status(
+        &input.cloneset,
+        &input.pods,
+        &input.revisions,
+        input.previous.as_ref(),
+        input.now,
+    ))
+}
+
+/// The plan in the JSON shape of `CloneSetPlan` (the core's types have no
+/// serde; this is the one place that shape is written).
+fn plan_to_json(plan: &Plan) -> Value {
+    json!({
+        "stage": format!("{:?}", plan.stage),
+        "create": plan.create.iter().map(|c| json!({"revision": c.revision, "count": c.count})).collect::<Vec<_>>(),
+        "delete": plan.delete,
+        "markSpecifiedDelete": plan.mark_specified_delete,
+        "lifecycle": plan.lifecycle.iter().map(|c| json!({
+            "pod": c.pod,
+            "to": c.to.as_str(),
+            "markNotReady": c.mark_not_ready,
+        })).collect::<Vec<_>>(),
+        "inPlaceUpdate": plan.in_place_update.iter().map(|u| json!({
+            "pod": u.pod,
+            "revision": u.spec.revision,
+            "images": u.spec.container_images,
+            "labels": u.spec.labels,
+            "annotations": u.spec.annotations,
+            "envFromMetadataContainers": u.spec.env_from_metadata_containers,
+            "graceSeconds": u.spec.grace_seconds,
+        })).collect::<Vec<_>>(),
+        "inPlaceComplete": plan.in_place_complete.iter().map(|c| json!({
+            "pod": c.pod,
+            "to": c.to.map(cloneset::LifecycleState::as_str),
+        })).collect::<Vec<_>>(),
+        "applyGraced": plan.apply_graced,
+        "templateHashFix": plan.template_hash_fix.iter().map(|(pod, value)| json!({"pod": pod, "value": value})).collect::<Vec<_>>(),
+        "scaleUpLimited": plan.scale_up_limited,
+        "errors": plan.errors.iter().map(|e| match e {
+            PlanError::NotInPlaceUpdatable { pod } => json!({"kind": "NotInPlaceUpdatable", "pod": pod}),
+            PlanError::UnknownRevision { pod, revision } => json!({"kind": "UnknownRevision", "pod": pod, "revision": revision}),
+        }).collect::<Vec<_>>(),
+        "scaleDiffs": diffs_to_json(&plan.scale_diffs),
+        "updateDiffs": plan.update_diffs.as_ref().map(diffs_to_json),
+        "requeueAfterSeconds": plan.requeue_after_seconds,
+        "modifies": plan.modifies(),
+    })
+}
+
+fn diffs_to_json(d: &Diffs) -> Value {
+    json!({
+        "scaleSurge": d.scale_surge,
+        "scaleOldSurge": d.scale_old_surge,
+        "updateSurge": d.update_surge,
+        "updateOldSurge": d.update_old_surge,
+        "useSurge": d.use_surge,
+        "useSurgeOld": d.use_surge_old,
+        "scaleUpNum": d.scale_up_num,
+        "scaleUpNumOld": d.scale_up_num_old,
+        "scaleUpLimit": d.scale_up_limit,
+        "scaleDownNum": d.scale_down_num,
+        "scaleDownNumOld": d.scale_down_num_old,
+        "deleteReadyLimit": d.delete_ready_limit,
+        "updateNum": d.update_num,
+        "updateMaxUnavailable": d.update_max_unavailable,
     })
 }
 
@@ -360,6 +635,42 @@ mod tests {
         pinned["metadata"]["annotations"] = json!({HASH_ANNOTATION: "mine"});
         let kept = prepare_sidecar_set(pinned).unwrap();
         assert_eq!(kept["metadata"]["annotations"][HASH_ANNOTATION], "mine");
+    }
+
+    #[test]
+    fn plans_a_clone_set_round_and_its_status() {
+        let template = |image: &str| json!({"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": [{"name": "app", "image": image}]}});
+        let request = json!({
+            "cloneset": {
+                "apiVersion": "apps.kruise.io/v1alpha1",
+                "kind": "CloneSet",
+                "metadata": {"name": "demo", "namespace": "default"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": "demo"}},
+                    "template": template("nginx:1.1"),
+                },
+            },
+            "pods": [],
+            "revisions": {"current": "demo-a", "update": "demo-b", "templates": {"demo-a": template("nginx:1.0"), "demo-b": template("nginx:1.1")}},
+            "now": "2024-05-01T10:00:00Z",
+        });
+        let plan = plan_clone_set(request.clone()).unwrap();
+        assert_eq!(plan["stage"], "Scale");
+        assert_eq!(plan["create"], json!([{"revision": "demo-b", "count": 2}]));
+        assert_eq!(plan["modifies"], true);
+        assert_eq!(plan["updateDiffs"], Value::Null);
+        let status = clone_set_status(request.clone()).unwrap();
+        assert_eq!(status["replicas"], 0);
+        assert_eq!(status["updateRevision"], "demo-b");
+        let mut late = request;
+        late["now"] = json!("soon");
+        assert!(
+            plan_clone_set(late)
+                .unwrap_err()
+                .to_string()
+                .starts_with("now: ")
+        );
     }
 
     #[test]

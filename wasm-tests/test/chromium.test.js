@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { chromium } from 'playwright-core';
 
-import { SUITES, caseFiles } from './fixtures.js';
+import { CASE_LISTS, SUITES, caseFiles } from './fixtures.js';
 import { startServer } from './server.js';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
@@ -68,7 +68,7 @@ test('golden suite in Chromium', async (t) => {
   const suites = Object.fromEntries(
     Object.keys(SUITES).map((suite) => [suite, { folder: SUITES[suite], files: caseFiles(suite) }]),
   );
-  const results = await page.evaluate((s) => window.runSuite(s), suites);
+  const results = await page.evaluate(([s, l]) => window.runSuite(s, l), [suites, CASE_LISTS]);
   const expected = Object.values(suites).reduce((n, s) => n + s.files.length, 0);
   assert.ok(results.length > expected, `only ${results.length} results`);
   for (const { name, ok, message } of results) {
@@ -122,6 +122,32 @@ test('playground: pick an example, inject, see the sidecar, the diff and the pat
   await page.click('#inject');
   assert.equal(await page.textContent('#status'), 'Applied SidecarSet scs-demo.');
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('playground: the CloneSet rollout table, partition 3 then 0', async () => {
+  const { page, problems } = await openPage('/wasm-tests/playground/');
+  await page.waitForSelector('#rollout:enabled');
+  const lastRow = () =>
+    page.$$eval('#rollout-table tr', (rows) => [...rows.at(-1).cells].map((c) => c.textContent));
+  // step, round, desired, updated, updatedReady, ready, total, old, new, writes
+  await page.click('#rollout');
+  assert.match(await page.textContent('#rollout-status'), /^Steady after \d+ writing rounds\.$/);
+  assert.deepEqual((await lastRow()).slice(1, 9), ['done', '5', '2', '2', '5', '5', '3', '2']);
+  assert.match(await page.textContent('#rollout-table'), /create 1 on demo-bbbbb/);
+  await page.fill('#rollout-partition', '0');
+  await page.click('#rollout');
+  assert.deepEqual((await lastRow()).slice(1, 9), ['done', '5', '5', '5', '5', '5', '0', '5']);
+  await page.selectOption('#rollout-type', 'InPlaceIfPossible');
+  await page.click('#rollout');
+  assert.deepEqual((await lastRow()).slice(1, 9), ['done', '5', '5', '5', '5', '5', '0', '5']);
+  assert.match(await page.textContent('#rollout-table'), /in place to demo-bbbbb/);
+  // Errors from the Rust side are shown.
+  await page.fill('#rollout-replicas', '1.5');
+  await page.click('#rollout');
+  assert.equal(await page.getAttribute('#rollout-status', 'data-state'), 'error');
+  assert.match(await page.textContent('#rollout-status'), /^cloneset: spec\.replicas: invalid type/);
   assert.deepEqual(problems, []);
   await page.close();
 });

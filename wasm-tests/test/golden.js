@@ -3,10 +3,12 @@
 // exactly the same code. Each check takes the package's exports (`api`) and
 // a case already parsed from YAML, and throws an Error saying what is wrong.
 //
-// They follow the Rust runners, policies/core/tests/golden_injection.rs and
-// golden_launch_priority.rs, and the fixture folders' README.md.
+// They follow the Rust runners, policies/core/tests/golden_injection.rs,
+// golden_launch_priority.rs and cloneset_fixtures.rs, and the fixture
+// folders' README.md.
 
 import { lineDiffText } from '../playground/linediff.js';
+import { LABEL_REVISION, RolloutSim } from '../playground/rollout.js';
 
 /** JSON with object keys sorted, so equal values give equal text. */
 export function canonical(value, indent = 0) {
@@ -132,6 +134,118 @@ export function checkLaunchPriorityCase(api, doc) {
   }
 }
 
+/**
+ * The cases of a file that holds a list of them (`cases:`; other top-level
+ * keys are only YAML anchors), checked to be a non-empty list.
+ */
+export function casesOf(doc) {
+  if (!doc || !Array.isArray(doc.cases)) throw new Error('unreadable file: no list of cases');
+  return doc.cases;
+}
+
+/**
+ * One case of policies/fixtures/cloneset/planner-cases.yaml (format: its
+ * README.md): one planning round, summarized as the Rust runner
+ * (cloneset_fixtures.rs) does and compared with `expect`, whose left-out
+ * keys must be empty.
+ */
+export function checkCloneSetPlanCase(api, doc) {
+  checkKeys(doc, ['name', 'now', 'cloneset', 'revisions', 'pods', 'expect'], []);
+  const expectKeys = ['create', 'delete', 'markSpecifiedDelete', 'lifecycle', 'inPlaceUpdate', 'requeueAfterSeconds'];
+  checkKeys(doc.expect, ['stage'], expectKeys);
+  const plan = attempt('planning failed', () =>
+    api.planCloneSet({ cloneset: doc.cloneset, pods: doc.pods, revisions: doc.revisions, now: doc.now }),
+  );
+  const summary = {
+    stage: plan.stage,
+    create: plan.create.map(({ revision, count }) => ({ revision, count })),
+    delete: plan.delete,
+    markSpecifiedDelete: plan.markSpecifiedDelete,
+    lifecycle: plan.lifecycle.map(({ pod, to }) => ({ pod, to })),
+    inPlaceUpdate: plan.inPlaceUpdate.map(({ pod, revision, images }) => ({ pod, revision, images })),
+    requeueAfterSeconds: plan.requeueAfterSeconds,
+  };
+  const expected = {
+    stage: doc.expect.stage,
+    create: doc.expect.create ?? [],
+    delete: doc.expect.delete ?? [],
+    markSpecifiedDelete: doc.expect.markSpecifiedDelete ?? [],
+    lifecycle: doc.expect.lifecycle ?? [],
+    inPlaceUpdate: doc.expect.inPlaceUpdate ?? [],
+    requeueAfterSeconds: doc.expect.requeueAfterSeconds ?? null,
+  };
+  assertSame(expected, summary, 'unexpected plan');
+}
+
+/**
+ * One rollout of policies/fixtures/cloneset (seed-rollout.yaml,
+ * in-place-surge.yaml; format: its README.md), replayed step by step on the
+ * simulator above as cloneset_rollout_table.rs does. Returns the simulator
+ * and the pods updated in place.
+ */
+export function checkCloneSetRollout(api, doc) {
+  checkKeys(doc, ['name', 'cloneset', 'revisions', 'initialPods', 'steps'], []);
+  checkKeys(doc.initialPods, ['count', 'revision'], ['ready']);
+  const sim = new RolloutSim(api, doc.cloneset, doc.revisions, doc.initialPods);
+  const inPlace = [];
+  doc.steps.forEach((step, index) => {
+    const label = `step #${index} ${step.step}`;
+    attempt(label, () => {
+      checkKeys(step, ['step', 'do', 'expect'], ['steady', 'currentRevision', 'inPlace']);
+      if (step.do === 'observe') {
+        // nothing happens
+      } else if (step.do === 'ready') {
+        sim.makeReady();
+      } else if (step.do === 'reconcile') {
+        const plan = sim.reconcile();
+        if (step.steady) {
+          if (plan.modifies) throw new Error('a steady round writes something');
+          if (Object.values(plan.scaleDiffs).some((n) => n !== 0)) throw new Error('steady, but the Scale diffs are not zero');
+          if (plan.updateDiffs && plan.updateDiffs.updateNum !== 0) throw new Error('steady, but updateNum is not zero');
+        }
+        if (step.inPlace !== undefined) {
+          assertSame(step.inPlace, plan.inPlaceUpdate.length, 'pods updated in place');
+          inPlace.push(...plan.inPlaceUpdate.map((u) => u.pod));
+        }
+      } else if (step.do && typeof step.do === 'object' && 'partition' in step.do) {
+        // As int_or_str: an integer if the text is one, else the text.
+        const text = String(step.do.partition);
+        sim.cloneset.spec.updateStrategy.partition = /^[+-]?\d+$/.test(text) ? Number(text) : text;
+      } else {
+        throw new Error(`unknown step kind ${JSON.stringify(step.do)}`);
+      }
+      assertSame(step.expect, sim.columns(), 'columns');
+      if (step.currentRevision !== undefined) {
+        assertSame(step.currentRevision, sim.status().currentRevision, 'currentRevision');
+      }
+    });
+  });
+  const after = AFTER_ROLLOUT[doc.name];
+  if (after) attempt('after the rollout', () => after(sim.pods, inPlace));
+  return { pods: sim.pods, inPlace };
+}
+
+/** The scenario-specific checks of cloneset_rollout_table.rs, by scenario name. */
+const AFTER_ROLLOUT = {
+  'seed-recreate-partition'(pods) {
+    // Every surviving pod is a replacement created on revision B.
+    const old = pods.map((p) => p.metadata.name).filter((name) => !name.startsWith('demo-new'));
+    if (old.length > 0) throw new Error(`pods not replaced: ${old.join(', ')}`);
+  },
+  'in-place-partition-surge'(pods, inPlace) {
+    // One A pod updated in place: the same pod (name, node) now on B.
+    assertSame(1, inPlace.length, 'pods updated in place');
+    if (!inPlace[0].startsWith('demo-old')) throw new Error(`${inPlace[0]} is not an original pod`);
+    const pod = pods.find((p) => p.metadata.name === inPlace[0]);
+    if (!pod) throw new Error(`${inPlace[0]} is gone`);
+    assertSame(
+      ['node-1', 'nginx:1.1', 'demo-bbbbb'],
+      [pod.spec.nodeName, pod.spec.containers[0].image, pod.metadata.labels[LABEL_REVISION]],
+      'node, image and revision of the pod updated in place',
+    );
+  },
+};
+
 function expectError(f, wanted) {
   let error;
   try {
@@ -177,6 +291,29 @@ const SIDECAR_SET = {
 };
 
 const NOW = '2024-05-01T10:00:00Z';
+
+const CLONESET = {
+  apiVersion: 'apps.kruise.io/v1alpha1',
+  kind: 'CloneSet',
+  metadata: { name: 'demo', namespace: 'default' },
+  spec: {
+    replicas: 2,
+    selector: { matchLabels: { app: 'demo' } },
+    template: { metadata: { labels: { app: 'demo' } }, spec: { containers: [{ name: 'app', image: 'nginx:1.1' }] } },
+    updateStrategy: { type: 'ReCreate', maxSurge: 1, maxUnavailable: 0 },
+  },
+};
+
+const template = (image) => ({
+  metadata: { labels: { app: 'demo' } },
+  spec: { containers: [{ name: 'app', image }] },
+});
+
+const REVISIONS = {
+  current: 'demo-aaaaa',
+  update: 'demo-bbbbb',
+  templates: { 'demo-aaaaa': template('nginx:1.0'), 'demo-bbbbb': template('nginx:1.1') },
+};
 
 /**
  * The API beyond the golden cases: bad input throws an `Error` whose message
@@ -255,6 +392,66 @@ export const apiChecks = {
       'patch',
     );
     assertSame([], api.jsonPatch(POD, POD), 'patch of equal values');
+  },
+  'planCloneSet returns every key of the plan, even for an empty round'(api) {
+    const plan = api.planCloneSet({ cloneset: { ...CLONESET, spec: { ...CLONESET.spec, replicas: 0 } }, pods: [], revisions: REVISIONS, now: NOW });
+    const keys = ['stage', 'create', 'delete', 'markSpecifiedDelete', 'lifecycle', 'inPlaceUpdate',
+      'inPlaceComplete', 'applyGraced', 'templateHashFix', 'scaleUpLimited', 'errors', 'scaleDiffs',
+      'updateDiffs', 'requeueAfterSeconds', 'modifies'];
+    assertSame([...keys].sort(), Object.keys(plan).sort(), 'plan keys');
+    assertSame('Idle', plan.stage, 'stage');
+    assertSame(false, plan.modifies, 'modifies');
+    const scaled = api.planCloneSet({ cloneset: CLONESET, pods: [], revisions: REVISIONS, now: NOW });
+    assertSame('Scale', scaled.stage, 'stage with no pods');
+    assertSame(true, scaled.modifies, 'modifies with no pods');
+    if (scaled.create.reduce((n, c) => n + c.count, 0) < 2) throw new Error('creates fewer than 2 pods');
+  },
+  'planCloneSet errors name the input and the field'(api) {
+    const typo = { ...CLONESET, spec: { ...CLONESET.spec, replicaz: 2 } };
+    expectExactError(
+      () => api.planCloneSet({ cloneset: typo, pods: [], revisions: REVISIONS, now: NOW }),
+      'cloneset: unknown field spec.replicaz',
+    );
+    expectExactError(
+      () => api.planCloneSet({ cloneset: CLONESET, pods: [{ ...POD, spec: { containerz: [] } }], revisions: REVISIONS, now: NOW }),
+      'pods[0] (web-1): unknown field spec.containerz',
+    );
+    expectExactError(
+      () => api.planCloneSet({ cloneset: CLONESET, pods: [], revisions: REVISIONS }),
+      'request: missing field `now`',
+    );
+    expectExactError(
+      () => api.planCloneSet({ cloneset: POD, pods: [], revisions: REVISIONS, now: NOW }),
+      'cloneset: expected apps.kruise.io/v1alpha1 CloneSet, found v1 Pod',
+    );
+    let error;
+    try {
+      api.planCloneSet({ cloneset: CLONESET, pods: [], revisions: REVISIONS, now: 'yesterday' });
+    } catch (e) {
+      error = e;
+    }
+    if (!(error instanceof Error) || !error.message.startsWith('now: ')) {
+      throw new Error(`expected an Error starting "now: ", got ${String(error)}`);
+    }
+  },
+  'cloneSetStatus counts the pods'(api) {
+    const pod = (name, revision) => ({
+      metadata: { name, labels: { app: 'demo', 'controller-revision-hash': revision } },
+      spec: { nodeName: 'n1', containers: [{ name: 'app', image: 'nginx:1.0' }] },
+      status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] },
+    });
+    const status = api.cloneSetStatus({
+      cloneset: CLONESET,
+      pods: [pod('demo-a1', 'demo-aaaaa'), pod('demo-b1', 'demo-bbbbb')],
+      revisions: REVISIONS,
+      now: NOW,
+    });
+    const counts = ['replicas', 'readyReplicas', 'updatedReplicas', 'updatedReadyReplicas', 'currentRevision', 'updateRevision'];
+    assertSame([2, 2, 1, 1, 'demo-aaaaa', 'demo-bbbbb'], counts.map((k) => status[k]), counts.join(', '));
+    expectExactError(
+      () => api.cloneSetStatus({ cloneset: CLONESET, pods: [], revisions: REVISIONS, now: NOW, gates: {} }),
+      'request: unknown field gates',
+    );
   },
   'nameSuffixAlphabet is the one Kubernetes draws from'(api) {
     if (api.nameSuffixAlphabet() !== 'bcdfghjklmnpqrstvwxz2456789') throw new Error('wrong alphabet');

@@ -6,14 +6,25 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import YAML from 'yaml';
 
-import { REPO, SUITES, caseFiles } from './fixtures.js';
-import { apiChecks, checkInjectionCase, checkLaunchPriorityCase } from './golden.js';
+import { CASE_LISTS, REPO, SUITES, caseFiles } from './fixtures.js';
+import {
+  apiChecks,
+  casesOf,
+  checkCloneSetPlanCase,
+  checkCloneSetRollout,
+  checkInjectionCase,
+  checkLaunchPriorityCase,
+} from './golden.js';
 
 const api = createRequire(import.meta.url)('../pkg/node/kruise_wasm_js.js');
 
-const checks = { injection: checkInjectionCase, 'launch-priority': checkLaunchPriorityCase };
+const checks = {
+  injection: checkInjectionCase,
+  'launch-priority': checkLaunchPriorityCase,
+  'cloneset-rollout': checkCloneSetRollout,
+};
 // The Rust runners insist on as many, so an emptied folder cannot pass.
-const minimum = { injection: 30, 'launch-priority': 10 };
+const minimum = { injection: 30, 'launch-priority': 10, 'cloneset-rollout': 2 };
 
 for (const [suite, check] of Object.entries(checks)) {
   describe(`${suite} golden cases`, () => {
@@ -24,6 +35,19 @@ for (const [suite, check] of Object.entries(checks)) {
         const text = readFileSync(join(REPO, SUITES[suite], file), 'utf8');
         check(api, YAML.parse(text));
       });
+    }
+  });
+}
+
+const listChecks = { 'cloneset-planner': checkCloneSetPlanCase };
+
+for (const [suite, check] of Object.entries(listChecks)) {
+  const { file, minimum: least } = CASE_LISTS[suite];
+  describe(`${suite} cases (${file})`, () => {
+    const cases = casesOf(YAML.parse(readFileSync(join(REPO, file), 'utf8')));
+    test(`at least ${least} cases`, () => assert.ok(cases.length >= least));
+    for (const [index, doc] of cases.entries()) {
+      test(`${index}: ${doc?.name}`, () => check(api, doc));
     }
   });
 }
