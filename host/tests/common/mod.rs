@@ -30,44 +30,16 @@ pub fn runtime() -> &'static Runtime {
 }
 
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/fixtures")
+    kruise_policy_modules::fixtures::dir()
 }
 
-/// The YAML cases of one fixture folder, sorted by file name.
 pub fn golden_cases(folder: &str) -> Vec<(String, Value)> {
-    let mut cases: Vec<_> = std::fs::read_dir(fixtures().join(folder))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
-        .map(|path| {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(&path).unwrap();
-            (name, serde_yaml::from_str(&text).unwrap())
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    cases
+    kruise_policy_modules::fixtures::golden_cases(folder).unwrap()
 }
 
 /// An AdmissionRequest creating `object`, shaped as policy-server sends it.
 pub fn pod_create(object: &Value) -> Value {
-    let mut request = json!({
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-        "operation": "CREATE",
-        "userInfo": {"username": "admin", "groups": ["system:masters"]},
-        "object": object,
-        "dryRun": false,
-    });
-    for key in ["name", "namespace"] {
-        if let Some(value) = object["metadata"][key].as_str() {
-            request[key] = json!(value);
-        }
-    }
-    request
+    kruise_policy_modules::fixtures::pod_create(object)
 }
 
 pub fn validation_request(request: &Value, settings: &Value) -> Vec<u8> {
@@ -192,27 +164,8 @@ pub fn our_call(
         .map_err(|e| e.to_string())
 }
 
-/// Sets every `updateTimestamp` in the SidecarSet hash annotations of
-/// `metadata` to one value: the guest takes it from the clock.
 pub fn blank_hash_timestamps(metadata: &mut Value) {
-    let Some(annotations) = metadata
-        .get_mut("annotations")
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
-    for key in [
-        "kruise.io/sidecarset-hash",
-        "kruise.io/sidecarset-hash-without-image",
-    ] {
-        if let Some(text) = annotations.get(key).and_then(Value::as_str) {
-            let mut records: Value = serde_json::from_str(text).unwrap();
-            for record in records.as_object_mut().unwrap().values_mut() {
-                record["updateTimestamp"] = json!("<now>");
-            }
-            annotations.insert(key.to_owned(), records);
-        }
-    }
+    kruise_policy_modules::fixtures::blank_hash_timestamps(metadata).unwrap();
 }
 
 /// The policy modules as files, as a user would have them.

@@ -2,6 +2,7 @@
 //! built by this crate's build script from the policy crates, and the
 //! Kubewarden resources that deploy them.
 
+pub mod fixtures;
 mod kubewarden;
 
 pub use kubewarden::{MODULE_REGISTRY, cluster_admission_policy, kubewarden_yaml, metadata};

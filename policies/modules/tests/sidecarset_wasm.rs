@@ -109,25 +109,8 @@ impl Cluster for CaseCluster {
 
 /// Hash records carry the evaluation time; set it to one value.
 fn normalise(response: &mut Value) {
-    let Some(annotations) = response
-        .pointer_mut("/mutated_object/metadata/annotations")
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
-    for key in [
-        "kruise.io/sidecarset-hash",
-        "kruise.io/sidecarset-hash-without-image",
-    ] {
-        if let Some(text) = annotations.get(key).and_then(Value::as_str) {
-            let mut records: Value = serde_json::from_str(text).unwrap();
-            for record in records.as_object_mut().unwrap().values_mut() {
-                if record.get("updateTimestamp").is_some() {
-                    record["updateTimestamp"] = json!("<now>");
-                }
-            }
-            annotations.insert(key.to_owned(), records);
-        }
+    if let Some(metadata) = response.pointer_mut("/mutated_object/metadata") {
+        kruise_policy_modules::fixtures::blank_hash_timestamps(metadata).unwrap();
     }
 }
 

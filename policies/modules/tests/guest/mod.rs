@@ -77,45 +77,13 @@ impl Guest {
     }
 }
 
-/// The cases of one folder of policies/fixtures, by file name.
 pub fn golden_cases(folder: &str) -> Vec<(String, Value)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(folder);
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(&p).unwrap();
-            (name, serde_yaml::from_str(&text).unwrap())
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    cases
+    kruise_policy_modules::fixtures::golden_cases(folder).unwrap()
 }
 
 /// An AdmissionRequest creating `object`, shaped as policy-server sends it.
 pub fn pod_create(object: &Value) -> Value {
-    let mut request = json!({
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-        "operation": "CREATE",
-        "userInfo": {"username": "admin", "groups": ["system:masters"]},
-        "object": object,
-        "dryRun": false,
-    });
-    // Absent optionals are omitted, never null, as policy-server sends them.
-    for key in ["name", "namespace"] {
-        if let Some(value) = object["metadata"][key].as_str() {
-            request[key] = json!(value);
-        }
-    }
-    request
+    kruise_policy_modules::fixtures::pod_create(object)
 }
 
 pub fn validation_request(request: &Value, settings: &Value) -> Value {

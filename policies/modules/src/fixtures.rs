@@ -1,0 +1,127 @@
+//! The shared golden cases (policies/fixtures) and the request shapes the
+//! modules are fed in tests and benchmarks, kept in one place so the host's
+//! tests and the modules' tests read them the same way.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+/// policies/fixtures in this checkout.
+pub fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
+/// The YAML cases of one fixture folder, by file name, sorted.
+pub fn golden_cases(folder: &str) -> Result<Vec<(String, Value)>, String> {
+    let folder = dir().join(folder);
+    let entries = std::fs::read_dir(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+    let mut cases = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
+        let case = serde_yaml::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
+        cases.push((name, case));
+    }
+    cases.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(cases)
+}
+
+/// An AdmissionRequest creating `object`, shaped as policy-server sends it:
+/// absent optionals are omitted, never null.
+pub fn pod_create(object: &Value) -> Value {
+    let mut request = json!({
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "userInfo": {"username": "admin", "groups": ["system:masters"]},
+        "object": object,
+        "dryRun": false,
+    });
+    for key in ["name", "namespace"] {
+        if let Some(value) = object["metadata"][key].as_str() {
+            request[key] = json!(value);
+        }
+    }
+    request
+}
+
+/// Sets the `updateTimestamp` of every record in the SidecarSet hash
+/// annotations of `metadata` to one value: a guest takes it from its clock.
+/// Annotation values become parsed JSON, so compare both sides normalised.
+pub fn blank_hash_timestamps(metadata: &mut Value) -> Result<(), String> {
+    let Some(annotations) = metadata
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    else {
+        return Ok(());
+    };
+    for key in [
+        "kruise.io/sidecarset-hash",
+        "kruise.io/sidecarset-hash-without-image",
+    ] {
+        let Some(text) = annotations.get(key).and_then(Value::as_str) else {
+            continue;
+        };
+        let mut records: Value = serde_json::from_str(text).map_err(|e| format!("{key}: {e}"))?;
+        for record in records
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|r| r.values_mut())
+        {
+            if record.get("updateTimestamp").is_some() {
+                record["updateTimestamp"] = json!("<now>");
+            }
+        }
+        annotations.insert(key.to_owned(), records);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fixture_folder_reads() {
+        for folder in ["injection", "launch-priority"] {
+            assert!(golden_cases(folder).unwrap().len() >= 10, "{folder}");
+        }
+        assert!(
+            golden_cases("no-such-folder")
+                .unwrap_err()
+                .contains("no-such-folder")
+        );
+    }
+
+    #[test]
+    fn absent_names_are_omitted_not_null() {
+        let request = pod_create(&json!({"metadata": {"name": "p"}}));
+        assert_eq!(request["name"], "p");
+        assert!(request.get("namespace").is_none());
+    }
+
+    #[test]
+    fn only_timestamps_are_blanked() {
+        let mut metadata = json!({"annotations": {
+            "kruise.io/sidecarset-hash": r#"{"s":{"updateTimestamp":"2026-01-01T00:00:00Z","hash":"h"}}"#,
+            "other": "x"}});
+        blank_hash_timestamps(&mut metadata).unwrap();
+        assert_eq!(
+            metadata["annotations"]["kruise.io/sidecarset-hash"],
+            json!({"s": {"updateTimestamp": "<now>", "hash": "h"}})
+        );
+        assert_eq!(metadata["annotations"]["other"], "x");
+    }
+}
