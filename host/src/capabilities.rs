@@ -1,11 +1,11 @@
 //! The host capabilities a policy may call (spec §1.7): who may call what,
-//! and the answers this host can give without a cluster.
+//! and how they are answered.
 
 use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::cluster_fixtures::{ClusterFixtures, GetRequest, ListRequest};
+use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
 use crate::runtime::HostCalls;
 
 /// A Kubernetes kind a policy may read (`contextAwareResources`).
@@ -55,15 +55,15 @@ impl Grants {
     }
 }
 
-/// The host calls of a policy on a host without a cluster: the access
-/// checks and texts of policy-server, `tracing/log` served, the Kubernetes
-/// reads answered from the cluster fixtures if there are any, everything
+/// The host calls of a policy: the access checks and texts of
+/// policy-server, `tracing/log` served, the Kubernetes reads answered from
+/// the cluster (live watch caches or fixtures) if there is one, everything
 /// else unavailable.
 #[derive(Debug, Clone)]
-pub struct OfflineHost {
+pub struct PolicyHost {
     pub policy_id: String,
     pub grants: Grants,
-    pub cluster: Option<Arc<ClusterFixtures>>,
+    pub cluster: Option<Arc<dyn ClusterReads>>,
 }
 
 const KUBERNETES_READS: [&str; 3] = [
@@ -78,7 +78,7 @@ struct ResourceRequest {
     kind: String,
 }
 
-impl HostCalls for OfflineHost {
+impl HostCalls for PolicyHost {
     fn host_call(
         &self,
         binding: &str,
@@ -119,7 +119,7 @@ impl HostCalls for OfflineHost {
                         "cannot serve kubernetes/{operation}: this host has no Kubernetes cluster"
                     ));
                 };
-                read_fixtures(cluster, operation, payload)
+                read_cluster(cluster.as_ref(), operation, payload)
             }
             "kubernetes" | "oci" | "net" | "crypto" => {
                 Err(format!("cannot serve {path}: not available on this host"))
@@ -134,8 +134,8 @@ impl HostCalls for OfflineHost {
 }
 
 /// One of the three Kubernetes reads, once access has been checked.
-fn read_fixtures(
-    cluster: &ClusterFixtures,
+fn read_cluster(
+    cluster: &dyn ClusterReads,
     operation: &str,
     payload: &[u8],
 ) -> Result<Vec<u8>, String> {
@@ -163,9 +163,10 @@ fn read_fixtures(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::cluster_fixtures::ClusterFixtures;
 
-    fn host(capabilities: &[&str], resources: &[(&str, &str)]) -> OfflineHost {
-        OfflineHost {
+    fn host(capabilities: &[&str], resources: &[(&str, &str)]) -> PolicyHost {
+        PolicyHost {
             policy_id: "p".to_owned(),
             grants: Grants {
                 host_capabilities: capabilities.iter().map(|s| (*s).to_owned()).collect(),
@@ -246,7 +247,7 @@ mod tests {
             payload,
         );
         assert!(granted.unwrap_err().contains("no Kubernetes cluster"));
-        let with_fixtures = OfflineHost {
+        let with_fixtures = PolicyHost {
             cluster: Some(Arc::new(
                 ClusterFixtures::from_yaml(
                     "- {apiVersion: v1, kind: Namespace, metadata: {name: default}}",

@@ -67,75 +67,92 @@ impl ClusterFixtures {
         }
         Ok(Self { objects })
     }
+}
 
-    fn of_kind<'a>(
-        &'a self,
-        api_version: &'a str,
-        kind: &'a str,
-    ) -> impl Iterator<Item = &'a Value> {
-        self.objects
-            .iter()
-            .filter(move |o| o["apiVersion"] == api_version && o["kind"] == kind)
+impl ClusterReads for ClusterFixtures {
+    fn list(&self, request: &ListRequest) -> Result<Value, String> {
+        list_of(&self.objects, request)
     }
 
+    fn get(&self, request: &GetRequest) -> Result<Value, String> {
+        get_of(&self.objects, request)
+    }
+}
+
+/// The Kubernetes reads a cluster answers: from the fixtures file, or from
+/// the watch caches of a live cluster.
+pub trait ClusterReads: Send + Sync + std::fmt::Debug {
     /// A Kubernetes List, as the API server (and policy-server) answers.
-    pub fn list(&self, request: &ListRequest) -> Result<Value, String> {
-        if request
-            .field_selector
-            .as_deref()
-            .is_some_and(|s| !s.is_empty())
-        {
-            return Err("field selectors are not supported by the cluster fixtures".to_owned());
-        }
-        let selector = Selector::parse(request.label_selector.as_deref().unwrap_or_default())?;
-        if let Some(namespace) = &request.namespace
-            && self
-                .of_kind(&request.api_version, &request.kind)
-                .any(|o| o["metadata"]["namespace"].is_null())
-        {
-            return Err(format!(
-                "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
-                request.api_version, request.kind
-            ));
-        }
-        let items: Vec<Value> = self
-            .of_kind(&request.api_version, &request.kind)
-            .filter(|o| {
-                request
-                    .namespace
-                    .as_ref()
-                    .is_none_or(|ns| o["metadata"]["namespace"] == ns.as_str())
-            })
-            .filter(|o| selector.matches(&o["metadata"]["labels"]))
-            .cloned()
-            .collect();
-        Ok(json!({
-            "apiVersion": request.api_version,
-            "kind": "List",
-            "metadata": {"resourceVersion": ""},
-            "items": items,
-        }))
-    }
-
+    fn list(&self, request: &ListRequest) -> Result<Value, String>;
     /// One object; the API server's NotFound text when there is none.
-    pub fn get(&self, request: &GetRequest) -> Result<Value, String> {
-        self.of_kind(&request.api_version, &request.kind)
-            .find(|o| {
-                o["metadata"]["name"] == request.name.as_str()
-                    && match &request.namespace {
-                        Some(ns) => o["metadata"]["namespace"] == ns.as_str(),
-                        None => o["metadata"]["namespace"].is_null(),
-                    }
-            })
-            .cloned()
-            .ok_or_else(|| {
-                format!(
-                    "{} \"{}\" not found",
-                    request.kind.to_lowercase(),
-                    request.name
-                )
-            })
+    fn get(&self, request: &GetRequest) -> Result<Value, String>;
+}
+
+fn of_kind<'a>(
+    objects: &'a [Value],
+    api_version: &'a str,
+    kind: &'a str,
+) -> impl Iterator<Item = &'a Value> {
+    objects
+        .iter()
+        .filter(move |o| o["apiVersion"] == api_version && o["kind"] == kind)
+}
+
+/// [`ClusterReads::list`] over a set of objects.
+pub fn list_of(objects: &[Value], request: &ListRequest) -> Result<Value, String> {
+    if request
+        .field_selector
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err("field selectors are not supported by this host".to_owned());
     }
+    let selector = Selector::parse(request.label_selector.as_deref().unwrap_or_default())?;
+    if let Some(namespace) = &request.namespace
+        && of_kind(objects, &request.api_version, &request.kind)
+            .any(|o| o["metadata"]["namespace"].is_null())
+    {
+        return Err(format!(
+            "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
+            request.api_version, request.kind
+        ));
+    }
+    let items: Vec<Value> = of_kind(objects, &request.api_version, &request.kind)
+        .filter(|o| {
+            request
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| o["metadata"]["namespace"] == ns.as_str())
+        })
+        .filter(|o| selector.matches(&o["metadata"]["labels"]))
+        .cloned()
+        .collect();
+    Ok(json!({
+        "apiVersion": request.api_version,
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": items,
+    }))
+}
+
+/// [`ClusterReads::get`] over a set of objects.
+pub fn get_of(objects: &[Value], request: &GetRequest) -> Result<Value, String> {
+    of_kind(objects, &request.api_version, &request.kind)
+        .find(|o| {
+            o["metadata"]["name"] == request.name.as_str()
+                && match &request.namespace {
+                    Some(ns) => o["metadata"]["namespace"] == ns.as_str(),
+                    None => o["metadata"]["namespace"].is_null(),
+                }
+        })
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "{} \"{}\" not found",
+                request.kind.to_lowercase(),
+                request.name
+            )
+        })
 }
 
 /// One requirement of an equality-based selector.

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::admission::{AdmissionRequest, Enforcement, Settings};
-use crate::capabilities::{Grants, OfflineHost};
+use crate::capabilities::{Grants, PolicyHost};
 use crate::chain::{ChainOutcome, run_chain};
 use crate::policy::Policy;
 use crate::runtime::{LoadError, Runtime};
@@ -157,7 +157,7 @@ impl Injector {
     pub fn new(runtime: &Runtime, sidecarset_settings: Settings) -> Result<Self, LoadError> {
         let policy =
             |module: &kruise_policy_modules::PolicyModule, settings| -> Result<Policy, LoadError> {
-                let host = OfflineHost {
+                let host = PolicyHost {
                     policy_id: module.name.to_owned(),
                     grants: Grants::kwctl_run(),
                     cluster: None,

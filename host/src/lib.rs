@@ -10,6 +10,7 @@ pub mod chain;
 pub mod chains_file;
 pub mod cluster_fixtures;
 pub mod inject;
+pub mod live_cluster;
 pub mod metadata;
 pub mod policies_file;
 pub mod policy;

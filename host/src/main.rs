@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, settings_from_value};
 use kruise_wasm_host::bench;
-use kruise_wasm_host::capabilities::{Grants, OfflineHost};
+use kruise_wasm_host::capabilities::{Grants, PolicyHost};
 use kruise_wasm_host::chains_file;
-use kruise_wasm_host::cluster_fixtures::ClusterFixtures;
+use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads};
 use kruise_wasm_host::inject::{
     Injector, labels_from_text, namespace_of, sidecar_sets_from_yaml, sidecarset_settings,
 };
@@ -226,7 +226,7 @@ fn run(args: &RunArgs) -> Result<String, String> {
             .map(|m| m.context_aware_resources)
             .unwrap_or_default();
     }
-    let host = OfflineHost {
+    let host = PolicyHost {
         policy_id: id.clone(),
         grants,
         cluster,
@@ -344,10 +344,10 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
     Ok("stopped".to_owned())
 }
 
-fn cluster_fixtures(path: Option<&Path>) -> Result<Option<Arc<ClusterFixtures>>, String> {
+fn cluster_fixtures(path: Option<&Path>) -> Result<Option<Arc<dyn ClusterReads>>, String> {
     path.map(|path| {
         ClusterFixtures::from_yaml(&read_text(path)?)
-            .map(Arc::new)
+            .map(|fixtures| Arc::new(fixtures) as Arc<dyn ClusterReads>)
             .map_err(|e| format!("{}: {e}", path.display()))
     })
     .transpose()

@@ -14,8 +14,8 @@ use crate::admission::{
     AdmissionRequest, AdmissionResponse, Enforcement, Settings, raw_validation_payload,
     settings_from_value, validation_payload,
 };
-use crate::capabilities::{Grants, OfflineHost};
-use crate::cluster_fixtures::ClusterFixtures;
+use crate::capabilities::{Grants, PolicyHost};
+use crate::cluster_fixtures::ClusterReads;
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
 use crate::runtime::{CompiledModule, HostCalls, Limits, Runtime};
@@ -147,7 +147,7 @@ pub fn load_policies_with_cluster(
     runtime: &Runtime,
     policies_yml: &Path,
     default_timeout: Option<Duration>,
-    cluster: Option<&Arc<ClusterFixtures>>,
+    cluster: Option<&Arc<dyn ClusterReads>>,
 ) -> Result<BTreeMap<String, Policy>, StartupError> {
     let text = std::fs::read_to_string(policies_yml).map_err(|e| StartupError::Read {
         path: policies_yml.display().to_string(),
@@ -174,7 +174,7 @@ fn load_policy(
     entry: PolicyEntry,
     dir: &Path,
     default_timeout: Option<Duration>,
-    cluster: Option<Arc<ClusterFixtures>>,
+    cluster: Option<Arc<dyn ClusterReads>>,
 ) -> Result<Policy, StartupError> {
     let fail = |message: String| StartupError::Policy {
         id: id.to_owned(),
@@ -194,7 +194,7 @@ fn load_policy(
         .timeout_eval_seconds
         .map(Duration::from_secs)
         .or(default_timeout);
-    let host = OfflineHost {
+    let host = PolicyHost {
         policy_id: id.to_owned(),
         grants: Grants {
             host_capabilities: entry.host_capabilities,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use common::{fixtures, module_file, pod_create, runtime, scratch_dir};
 use kruise_policy_modules::SIDECARSET;
 use kruise_wasm_host::admission::AdmissionRequest;
-use kruise_wasm_host::cluster_fixtures::ClusterFixtures;
+use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads};
 use kruise_wasm_host::policy::load_policies_with_cluster;
 use serde_json::{Value, json};
 
@@ -49,7 +49,7 @@ fn injected_containers(patched: &Value) -> Vec<String> {
 #[test]
 fn sidecarsets_are_read_from_the_fixtures_within_the_allow_lists() {
     let dir = scratch_dir("cluster-policies");
-    let cluster = Arc::new(
+    let cluster: Arc<dyn ClusterReads> = Arc::new(
         ClusterFixtures::from_yaml(&std::fs::read_to_string(cluster_file(&dir)).unwrap()).unwrap(),
     );
     let kinds = json!([

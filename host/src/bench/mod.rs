@@ -19,7 +19,7 @@ use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
 use crate::admission::{AdmissionRequest, Enforcement, Settings};
-use crate::capabilities::{Grants, OfflineHost};
+use crate::capabilities::{Grants, PolicyHost};
 use crate::inject::{pod_create_request, sidecarset_settings};
 use crate::policy::Policy;
 use crate::runtime::{CompiledModule, Limits, Runtime};
@@ -135,7 +135,7 @@ fn policies(runtime: &Runtime) -> Result<(PolicyMap, Arc<CompiledModule>), Strin
         .load(kruise_policy_modules::LAUNCH_PRIORITY.wasm)
         .map_err(|e| e.to_string())?;
     let policy = |id: &str, module: &Arc<CompiledModule>, settings: Settings| {
-        let host = OfflineHost {
+        let host = PolicyHost {
             policy_id: id.to_owned(),
             grants: Grants::default(),
             cluster: None,

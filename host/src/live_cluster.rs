@@ -1,0 +1,216 @@
+//! The Kubernetes reads of a live cluster, served from watch caches: one
+//! reflector per kind some policy may read (its contextAwareResources).
+//! Each watch event refreshes that kind's snapshot; a request only reads a
+//! snapshot and never calls the API.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Config};
+use serde_json::Value;
+
+use crate::capabilities::ContextAwareResource;
+use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest, get_of, list_of};
+
+type Snapshot = Arc<RwLock<Arc<Vec<Value>>>>;
+
+/// Watch caches of a cluster. Dropping it stops the watches.
+pub struct LiveCluster {
+    snapshots: BTreeMap<(String, String), Snapshot>,
+    /// The watches run here, apart from the server's runtime.
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for LiveCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCluster")
+            .field("kinds", &self.snapshots.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the cluster's credentials come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Credentials<'a> {
+    Kubeconfig(&'a Path),
+    InCluster,
+}
+
+impl LiveCluster {
+    /// Connects, starts a watch per kind and waits (up to `sync_timeout`)
+    /// until every cache holds the cluster's current objects.
+    pub fn connect(
+        credentials: Credentials<'_>,
+        kinds: &[ContextAwareResource],
+        sync_timeout: Duration,
+    ) -> Result<Self, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("kruise-wasm-watch")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the watch runtime: {e}"))?;
+        let snapshots = runtime.block_on(async {
+            let client = client(credentials).await?;
+            let mut snapshots = BTreeMap::new();
+            let mut readers = Vec::new();
+            for kind in kinds {
+                let key = (kind.api_version.clone(), kind.kind.clone());
+                if snapshots.contains_key(&key) {
+                    continue;
+                }
+                let (snapshot, ready) = watch(client.clone(), kind).await?;
+                snapshots.insert(key, snapshot);
+                readers.push((kind.clone(), ready));
+            }
+            for (kind, ready) in readers {
+                tokio::time::timeout(sync_timeout, ready)
+                    .await
+                    .map_err(|_| {
+                        format!(
+                            "the watch of {} {} did not sync within {} s",
+                            kind.api_version,
+                            kind.kind,
+                            sync_timeout.as_secs()
+                        )
+                    })?
+                    .map_err(|_| {
+                        format!("the watch of {} {} stopped", kind.api_version, kind.kind)
+                    })?;
+            }
+            Ok::<_, String>(snapshots)
+        })?;
+        Ok(Self {
+            snapshots,
+            _runtime: runtime,
+        })
+    }
+
+    fn snapshot(&self, api_version: &str, kind: &str) -> Result<Arc<Vec<Value>>, String> {
+        let snapshot = self
+            .snapshots
+            .get(&(api_version.to_owned(), kind.to_owned()))
+            .ok_or_else(|| format!("{api_version} {kind} is not watched by this host"))?;
+        let guard = snapshot
+            .read()
+            .map_err(|_| "a watch cache is poisoned".to_owned())?;
+        Ok(Arc::clone(&guard))
+    }
+}
+
+impl ClusterReads for LiveCluster {
+    fn list(&self, request: &ListRequest) -> Result<Value, String> {
+        list_of(
+            &self.snapshot(&request.api_version, &request.kind)?,
+            request,
+        )
+    }
+
+    fn get(&self, request: &GetRequest) -> Result<Value, String> {
+        get_of(
+            &self.snapshot(&request.api_version, &request.kind)?,
+            request,
+        )
+    }
+}
+
+async fn client(credentials: Credentials<'_>) -> Result<Client, String> {
+    let config = match credentials {
+        Credentials::Kubeconfig(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        Credentials::InCluster => {
+            Config::incluster().map_err(|e| format!("in-cluster configuration: {e}"))?
+        }
+    };
+    Client::try_from(config).map_err(|e| format!("cannot build a Kubernetes client: {e}"))
+}
+
+/// Starts the watch of one kind; the receiver fires once the first list
+/// is in the cache.
+async fn watch(
+    client: Client,
+    kind: &ContextAwareResource,
+) -> Result<(Snapshot, tokio::sync::oneshot::Receiver<()>), String> {
+    let (group, version) = kind
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", kind.api_version.as_str()));
+    let gvk = GroupVersionKind::gvk(group, version, &kind.kind);
+    let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+        .await
+        .map_err(|e| format!("cannot watch {} {}: {e}", kind.api_version, kind.kind))?;
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    let snapshot: Snapshot = Arc::default();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let target = Arc::clone(&snapshot);
+    tokio::spawn(async move {
+        let mut ready_tx = Some(ready_tx);
+        let events = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff();
+        futures::pin_mut!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, kind = %resource.kind, "watch error; retrying");
+                    continue;
+                }
+            }
+            let objects = to_values(&reader.state(), &resource);
+            if let Ok(mut guard) = target.write() {
+                *guard = Arc::new(objects);
+            }
+            if let Some(tx) = ready_tx.take() {
+                let _ = tx.send(());
+            }
+        }
+    });
+    Ok((snapshot, ready_rx))
+}
+
+/// The cached objects as the API would list them: with apiVersion and
+/// kind, sorted by namespace and name.
+fn to_values(objects: &[Arc<DynamicObject>], resource: &ApiResource) -> Vec<Value> {
+    let mut values: Vec<Value> = objects
+        .iter()
+        .filter_map(|object| serde_json::to_value(object.as_ref()).ok())
+        .map(|mut value| {
+            if let Some(map) = value.as_object_mut() {
+                map.insert(
+                    "apiVersion".to_owned(),
+                    Value::from(resource.api_version.clone()),
+                );
+                map.insert("kind".to_owned(), Value::from(resource.kind.clone()));
+            }
+            value
+        })
+        .collect();
+    let key = |v: &Value| {
+        (
+            v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    values.sort_by_key(key);
+    values
+}
