@@ -15,4 +15,5 @@ pub mod metadata;
 pub mod policies_file;
 pub mod policy;
 pub mod runtime;
+pub mod serve;
 pub mod server;

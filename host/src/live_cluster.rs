@@ -24,7 +24,17 @@ type Snapshot = Arc<RwLock<Arc<Vec<Value>>>>;
 pub struct LiveCluster {
     snapshots: BTreeMap<(String, String), Snapshot>,
     /// The watches run here, apart from the server's runtime.
-    _runtime: tokio::runtime::Runtime,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for LiveCluster {
+    /// The last policy may let go of the cache on an async thread, where
+    /// a blocking runtime shutdown is not allowed.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl std::fmt::Debug for LiveCluster {
@@ -88,7 +98,7 @@ impl LiveCluster {
         })?;
         Ok(Self {
             snapshots,
-            _runtime: runtime,
+            runtime: Some(runtime),
         })
     }
 

@@ -2,7 +2,6 @@
 //! (like `kwctl run`), or show what OpenKruise's pod webhook would inject
 //! into a pod or workload (like `istioctl kube-inject`).
 
-use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,15 +14,16 @@ use serde_json::Value;
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, settings_from_value};
 use kruise_wasm_host::bench;
 use kruise_wasm_host::capabilities::{Grants, PolicyHost};
-use kruise_wasm_host::chains_file;
 use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads};
 use kruise_wasm_host::inject::{
     Injector, labels_from_text, namespace_of, sidecar_sets_from_yaml, sidecarset_settings,
 };
 use kruise_wasm_host::metadata::Metadata;
-use kruise_wasm_host::policy::{Policy, load_policies_with_cluster};
+use kruise_wasm_host::policy::Policy;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
-use kruise_wasm_host::server::{self, ServerConfig, TlsFiles};
+use kruise_wasm_host::live_cluster::Credentials;
+use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles, read_text};
+use kruise_wasm_host::server::{ServerConfig, TlsFiles};
 
 #[derive(Debug, Parser)]
 #[command(name = "kruise-wasm", version, about)]
@@ -99,8 +99,15 @@ struct ServeArgs {
     #[arg(long)]
     always_accept_admission_reviews_on_namespace: Option<String>,
     /// Answer the Kubernetes host calls from this YAML list of objects.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["kubeconfig", "in_cluster"])]
     cluster_fixtures: Option<PathBuf>,
+    /// Answer the Kubernetes host calls from watch caches of this
+    /// cluster (the kinds the policies' contextAwareResources name).
+    #[arg(long, conflicts_with = "in_cluster")]
+    kubeconfig: Option<PathBuf>,
+    /// The same, with the pod's service account (inside a cluster).
+    #[arg(long)]
+    in_cluster: bool,
     /// Chains served at POST /mutate/<chain>: a YAML map from chain name
     /// to policy ids, run in order (`pod-webhook: [sidecarset, launch-priority]`).
     #[arg(long)]
@@ -298,9 +305,12 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
     .map_err(|e| e.to_string())?;
     let timeout =
         (!args.disable_timeout_protection).then(|| Duration::from_secs(args.policy_timeout));
-    let cluster = cluster_fixtures(args.cluster_fixtures.as_deref())?;
-    let policies = load_policies_with_cluster(&runtime, &args.policies, timeout, cluster.as_ref())
-        .map_err(|e| e.to_string())?;
+    let cluster = match (&args.cluster_fixtures, &args.kubeconfig, args.in_cluster) {
+        (Some(path), _, _) => ClusterSource::Fixtures(path),
+        (None, Some(path), _) => ClusterSource::Live(Credentials::Kubeconfig(path)),
+        (None, None, true) => ClusterSource::Live(Credentials::InCluster),
+        (None, None, false) => ClusterSource::None,
+    };
     let defaults = ServerConfig::default();
     let config = ServerConfig {
         address: args.address,
@@ -314,22 +324,12 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
             .map(|(cert, key)| TlsFiles { cert, key }),
         ..defaults
     };
-    let count = policies.len();
-    let policies: BTreeMap<_, _> = policies
-        .into_iter()
-        .map(|(id, policy)| (id, Arc::new(policy)))
-        .collect();
-    let chains = match &args.chains {
-        Some(path) => chains_file::parse(&read_text(path)?, &policies)
-            .map_err(|e| format!("{}: {e}", path.display()))?,
-        None => BTreeMap::new(),
+    let files = ServeFiles {
+        policies: &args.policies,
+        chains: args.chains.as_deref(),
+        always_accept_namespace: args.always_accept_admission_reviews_on_namespace.as_deref(),
     };
-    let policies = server::api::Policies {
-        policies,
-        always_accept_namespace: args.always_accept_admission_reviews_on_namespace.clone(),
-        chains,
-    };
-    let running = server::start(policies, &config)?;
+    let (running, count) = serve::start(&runtime, files, cluster, timeout, &config)?;
     eprintln!(
         "serving {count} policies on {}://{} (readiness on http://{}/readiness)",
         if config.tls.is_some() {
@@ -400,9 +400,6 @@ fn read_document(source: &str) -> Result<Value, String> {
     parse_document(&text)
 }
 
-fn read_text(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-}
 
 /// JSON, or else YAML (a superset, but slower and laxer).
 fn parse_document(text: &str) -> Result<Value, String> {

@@ -12,6 +12,10 @@ use std::process::Command;
 const POLICIES: &[(&str, &str)] = &[
     ("kruise-policy-sidecarset", "sidecarset"),
     ("kruise-policy-launch-priority", "launch-priority"),
+    (
+        "kruise-validate-resourcedistribution",
+        "validate-resourcedistribution",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip1";

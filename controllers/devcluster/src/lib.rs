@@ -10,6 +10,7 @@
 
 mod binaries;
 mod cluster;
+pub mod crds;
 mod pki;
 mod ports;
 mod process;

@@ -4,5 +4,6 @@
 
 pub mod cloneset;
 pub mod launch_priority;
+pub mod resourcedistribution;
 pub mod selector;
 pub mod sidecarset;

@@ -27,6 +27,7 @@ mod hash;
 mod matching;
 mod pod_merge;
 mod revision;
+pub mod update;
 
 use std::collections::BTreeMap;
 

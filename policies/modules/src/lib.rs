@@ -26,6 +26,16 @@ pub const LAUNCH_PRIORITY: PolicyModule = PolicyModule {
     wasm: include_bytes!(concat!(env!("OUT_DIR"), "/launch-priority.wasm")),
 };
 
-/// Every policy module, in the order OpenKruise's pod webhook applies them:
-/// injection first, so injected sidecars take part in launch priority.
-pub const ALL: &[PolicyModule] = &[SIDECARSET, LAUNCH_PRIORITY];
+pub const VALIDATE_RESOURCEDISTRIBUTION: PolicyModule = PolicyModule {
+    name: "validate-resourcedistribution",
+    wasm: include_bytes!(concat!(
+        env!("OUT_DIR"),
+        "/validate-resourcedistribution.wasm"
+    )),
+};
+
+/// Every policy module. The pod policies come in the order OpenKruise's pod
+/// webhook applies them (injection first, so injected sidecars take part in
+/// launch priority); the ResourceDistribution validation, which sees no
+/// pods, after them.
+pub const ALL: &[PolicyModule] = &[SIDECARSET, LAUNCH_PRIORITY, VALIDATE_RESOURCEDISTRIBUTION];

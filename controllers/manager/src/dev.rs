@@ -1,0 +1,242 @@
+//! The dev environment: the dev cluster, our CRDs, simulated nodes, and the
+//! webhook host serving OpenKruise's pod webhook through a real
+//! MutatingWebhookConfiguration. The README's run command starts it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kruise_core::launch_priority::BARRIER_ENV;
+use kruise_devcluster::simnode::SimNodes;
+use kruise_devcluster::{DevCluster, Options};
+use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
+use kruise_wasm_host::live_cluster::Credentials;
+use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
+use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles};
+use kruise_wasm_host::server::{RunningServer, ServerConfig, TlsFiles};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::webhook::{self, POD_CHAIN};
+
+#[derive(Debug, Clone)]
+pub struct DevOptions {
+    pub sim_nodes: usize,
+    /// Keep keys, logs and the kubeconfig here (default: a temporary
+    /// directory removed on stop).
+    pub work_dir: Option<PathBuf>,
+}
+
+impl Default for DevOptions {
+    fn default() -> Self {
+        Self {
+            sim_nodes: 3,
+            work_dir: None,
+        }
+    }
+}
+
+/// Everything running; dropping it stops it all.
+#[derive(Debug)]
+pub struct DevEnvironment {
+    pub webhook_url: String,
+    pub nodes: SimNodes,
+    webhook: Option<RunningServer>,
+    /// The wasm runtime the host's policies run on (its epoch ticker
+    /// enforces their deadlines).
+    _runtime: Runtime,
+    pub cluster: DevCluster,
+}
+
+impl DevEnvironment {
+    pub async fn start(options: DevOptions) -> Result<Self, String> {
+        let cluster = DevCluster::start(Options {
+            work_dir: options.work_dir.clone(),
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let client = cluster.client();
+        kruise_devcluster::crds::install(&client).await?;
+        let nodes = SimNodes::start(client.clone(), options.sim_nodes)
+            .await
+            .map_err(|e| format!("cannot register the simulated nodes: {e}"))?;
+
+        let files = write_host_files(&cluster)?;
+        let kubeconfig = cluster.kubeconfig.clone();
+        let (runtime, webhook) =
+            tokio::task::spawn_blocking(move || start_host(&files, &kubeconfig))
+                .await
+                .map_err(|e| format!("the webhook host did not start: {e}"))??;
+        let webhook_url = format!("https://{}", webhook.address);
+        webhook::register(
+            &client,
+            &webhook::pod_webhook(&webhook_url, &cluster.pki.ca_pem),
+        )
+        .await?;
+        wait_for_pod_webhook(&client).await?;
+        Ok(Self {
+            webhook_url,
+            nodes,
+            webhook: Some(webhook),
+            _runtime: runtime,
+            cluster,
+        })
+    }
+
+    pub fn client(&self) -> Client {
+        self.cluster.client()
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.cluster.kubeconfig
+    }
+
+    /// Stops the host, the simulated nodes and the control plane.
+    pub fn stop(&mut self) {
+        if let Some(webhook) = self.webhook.take() {
+            webhook.shutdown();
+        }
+        self.nodes.stop();
+        self.cluster.stop();
+    }
+}
+
+impl Drop for DevEnvironment {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct HostFiles {
+    policies: PathBuf,
+    chains: PathBuf,
+    tls: TlsFiles,
+}
+
+/// The modules, policies.yml, chains file and serving certificate of the
+/// webhook host, in `<work dir>/webhook`.
+fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
+    let dir = cluster.work_dir.join("webhook");
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes)
+            .map(|()| path.clone())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for module in [SIDECARSET, LAUNCH_PRIORITY] {
+        write(&format!("{}.wasm", module.name), module.wasm)?;
+    }
+    let policies = json!({
+        SIDECARSET.name: {
+            "module": format!("{}.wasm", SIDECARSET.name),
+            "allowedToMutate": true,
+            "contextAwareResources": [
+                {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
+                {"apiVersion": "v1", "kind": "Namespace"},
+                {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
+            ],
+            "hostCapabilities": ["kubernetes/*"],
+            "settings": {},
+        },
+        LAUNCH_PRIORITY.name: {
+            "module": format!("{}.wasm", LAUNCH_PRIORITY.name),
+            "allowedToMutate": true,
+            "settings": {},
+        },
+    });
+    let chains = json!({ POD_CHAIN: [SIDECARSET.name, LAUNCH_PRIORITY.name] });
+    let yaml = |value: &serde_json::Value| serde_yaml::to_string(value).unwrap_or_default();
+    let serving = cluster.pki.issue_serving(&["127.0.0.1", "localhost"])?;
+    Ok(HostFiles {
+        policies: write("policies.yml", yaml(&policies).as_bytes())?,
+        chains: write("chains.yml", yaml(&chains).as_bytes())?,
+        tls: TlsFiles {
+            cert: write("tls.crt", serving.cert_pem.as_bytes())?,
+            key: write("tls.key", serving.key_pem.as_bytes())?,
+        },
+    })
+}
+
+fn start_host(files: &HostFiles, kubeconfig: &Path) -> Result<(Runtime, RunningServer), String> {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: compile_cache(),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let config = ServerConfig {
+        address: [127, 0, 0, 1].into(),
+        port: 0,
+        readiness_port: 0,
+        tls: Some(files.tls.clone()),
+        ..ServerConfig::default()
+    };
+    let to_serve = ServeFiles {
+        policies: &files.policies,
+        chains: Some(&files.chains),
+        always_accept_namespace: None,
+    };
+    let cluster = ClusterSource::Live(Credentials::Kubeconfig(kubeconfig));
+    let (server, _) = serve::start(
+        &runtime,
+        to_serve,
+        cluster,
+        Some(Duration::from_secs(2)),
+        &config,
+    )?;
+    Ok((runtime, server))
+}
+
+/// The host's compiled-module cache, shared with the `kruise-wasm` CLI.
+fn compile_cache() -> Option<PathBuf> {
+    std::env::var_os("KRUISE_WASM_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/kruise-wasm"))
+        })
+        .filter(|dir| dir.is_absolute())
+}
+
+/// The API server loads webhook configurations asynchronously: dry-run a
+/// pod that the launch-priority policy changes until it comes back changed.
+async fn wait_for_pod_webhook(client: &Client) -> Result<(), String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": "webhook-probe",
+            "annotations": {"apps.kruise.io/container-launch-priority": "Ordered"},
+        },
+        "spec": {"containers": [
+            {"name": "a", "image": "busybox"},
+            {"name": "b", "image": "busybox"},
+        ]},
+    }))
+    .map_err(|e| e.to_string())?;
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        match pods.create(&params, &probe).await {
+            Ok(pod) if mutated(&pod) => return Ok(()),
+            Ok(_) => "the pod came back unchanged".clone_into(&mut last),
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("the pod webhook never took effect: {last}"))
+}
+
+fn mutated(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|spec| {
+        spec.containers.iter().any(|c| {
+            c.env
+                .iter()
+                .flatten()
+                .any(|e| e.name == BARRIER_ENV)
+        })
+    })
+}

@@ -1,0 +1,6 @@
+//! kruise-wasm's native side: the controllers (kube-rs around the pure
+//! planners of kruise-core) and the dev environment that runs them with the
+//! webhook host on the dev cluster.
+
+pub mod dev;
+pub mod webhook;

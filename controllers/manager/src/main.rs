@@ -1,0 +1,81 @@
+//! `kruise-manager`: kruise-wasm's controllers, and `kruise-manager dev`,
+//! the local dev cluster with the webhook host and the controllers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kruise_manager::dev::{DevEnvironment, DevOptions};
+
+#[derive(Debug, Parser)]
+#[command(name = "kruise-manager", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the dev cluster (real kube-apiserver, etcd, controller-manager
+    /// and scheduler), our CRDs, simulated nodes, the webhook host and the
+    /// controllers; print how to use kubectl; stop everything on Ctrl-C.
+    Dev {
+        /// How many simulated nodes to register.
+        #[arg(long, default_value_t = 3)]
+        sim_nodes: usize,
+        /// Keep keys, logs and the kubeconfig in this directory.
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Dev {
+            sim_nodes,
+            work_dir,
+        } => {
+            dev(DevOptions {
+                sim_nodes,
+                work_dir,
+            })
+            .await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("kruise-manager: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dev(options: DevOptions) -> Result<(), String> {
+    let mut environment = DevEnvironment::start(options).await?;
+    let kubeconfig = environment.kubeconfig().display().to_string();
+    println!(
+        "The dev cluster is up: {} with {} simulated nodes; the pod webhook is served by our host at {}.\n\n\
+         Use it from another shell:\n\n  export KUBECONFIG={kubeconfig}\n  kubectl get nodes\n  \
+         kubectl apply -f ../shared/examples/sidecarset-scs-demo.yaml\n  kubectl apply -f ../shared/examples/pod-test-pod.yaml\n  \
+         kubectl get pod test-pod -o yaml\n\nPress Ctrl-C to stop everything.",
+        environment.cluster.server,
+        environment.nodes.names.len(),
+        environment.webhook_url,
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
+    eprintln!("stopping");
+    environment.stop();
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! End to end on the dev cluster: pods created through the real API server
+//! come back injected by our webhook host (SidecarSet injection, then launch
+//! priority), with kubectl and with the kube-rs client.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples")
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn container_names(pod: &Value) -> Vec<&str> {
+    pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect()
+}
+
+/// The host reads SidecarSets from a watch cache: wait until a dry run
+/// shows the new one is in it, as a user would see a moment after applying.
+async fn wait_until_injecting(pods: &Api<Pod>, pod: &Pod) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let created = pods.create(&dry_run, pod).await.unwrap();
+        if created.spec.unwrap().containers.len() > 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the SidecarSet never reached the host"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn pods_are_injected_through_the_api_servers_webhook_call() {
+    let environment = DevEnvironment::start(DevOptions::default()).await.unwrap();
+    let kubeconfig = environment.kubeconfig().to_path_buf();
+    let client = environment.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+
+    let sidecarset = examples().join("sidecarset-scs-demo.yaml");
+    kubectl(&kubeconfig, &["apply", "-f", sidecarset.to_str().unwrap()]);
+    let test_pod = examples().join("pod-test-pod.yaml");
+    let pod: Pod = serde_yaml::from_str(&std::fs::read_to_string(&test_pod).unwrap()).unwrap();
+    wait_until_injecting(&pods, &pod).await;
+
+    // kubectl: the user's own YAML, unchanged.
+    kubectl(&kubeconfig, &["apply", "-f", test_pod.to_str().unwrap()]);
+    let injected: Value = serde_json::from_str(&kubectl(
+        &kubeconfig,
+        &["get", "pod", "test-pod", "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(container_names(&injected), ["sidecar1", "app"]);
+    let sidecar = &injected["spec"]["containers"][0];
+    assert_eq!(sidecar["image"], "busybox");
+    assert!(
+        sidecar["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "IS_INJECTED", "value": "true"}))
+    );
+    assert!(
+        sidecar["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "log-volume" && m["mountPath"] == "/var/log")
+    );
+    assert!(
+        injected["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "log-volume" && v["emptyDir"].is_object())
+    );
+    let annotations = &injected["metadata"]["annotations"];
+    let hashes: Value =
+        serde_json::from_str(annotations["kruise.io/sidecarset-hash"].as_str().unwrap()).unwrap();
+    assert!(hashes["scs-demo"]["hash"].is_string());
+    assert_eq!(
+        annotations["kruise.io/sidecarset-injected-list"],
+        "scs-demo"
+    );
+
+    // kube-rs: the same through the client, and the pod runs on a
+    // simulated node with both containers ready.
+    let mut second = pod.clone();
+    second.metadata.name = Some("test-pod-2".to_owned());
+    let created = pods.create(&PostParams::default(), &second).await.unwrap();
+    let names: Vec<String> = created
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["sidecar1", "app"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pod = pods.get("test-pod-2").await.unwrap();
+        let statuses = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default();
+        if statuses.len() == 2 && statuses.iter().all(|s| s.ready) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the injected pod never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A pod no SidecarSet matches passes unchanged.
+    let mut other = pod.clone();
+    other.metadata.name = Some("unmatched".to_owned());
+    other.metadata.labels = Some([("app".to_owned(), "other".to_owned())].into());
+    let created = pods.create(&PostParams::default(), &other).await.unwrap();
+    assert_eq!(created.spec.unwrap().containers.len(), 1);
+    let annotations = created.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key("kruise.io/sidecarset-hash"));
+}
