@@ -17,11 +17,14 @@ use kruise_api::CloneSet;
 
 mod diffs;
 mod in_place;
+pub mod in_place_apply;
 pub mod intorstr;
 mod lifecycle;
+pub mod new_pod;
 mod plan;
 mod pod_state;
 pub mod progress;
+pub mod revision;
 mod scale;
 mod settings;
 mod sort;

@@ -4,6 +4,7 @@
 
 pub mod cloneset;
 pub mod launch_priority;
+pub mod owner;
 pub mod resourcedistribution;
 pub mod selector;
 pub mod sidecarset;

@@ -1,0 +1,256 @@
+//! Performing a plan's writes, in the order the planner means them.
+
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, Hasher};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::CloneSet;
+use kruise_core::cloneset::in_place_apply::{
+    apply_graced_patch, lifecycle_patch, ready_status_patch, start_status_patch, update_patch,
+};
+use kruise_core::cloneset::new_pod::{new_claims, new_instance_ids, new_pod};
+use kruise_core::cloneset::{
+    CONDITION_IN_PLACE_UPDATE_READY, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
+    LABEL_SPECIFIED_DELETE, Plan, Revisions,
+};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::Context;
+use super::reconcile::ReconcileError;
+
+pub(crate) async fn execute(
+    context: &Context,
+    cloneset: &CloneSet,
+    pods: &[Pod],
+    revisions: &Revisions,
+    plan: &Plan,
+    now: Timestamp,
+) -> Result<(), ReconcileError> {
+    let namespace = cloneset.namespace().unwrap_or_default();
+    let pod_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let writer = Writer {
+        context,
+        cloneset,
+        pods: &pod_api,
+    };
+
+    writer.create_pods(pods, revisions, plan, now).await?;
+    for name in &plan.delete {
+        match pod_api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {
+                writer
+                    .event("SuccessfulDelete", &format!("succeed to delete pod {name}"))
+                    .await;
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(ReconcileError::api(format!("delete pod {name}"))(error)),
+        }
+    }
+    for name in &plan.mark_specified_delete {
+        writer
+            .patch(
+                name,
+                json!({"metadata": {"labels": {LABEL_SPECIFIED_DELETE: "true"}}}),
+            )
+            .await?;
+    }
+    for change in &plan.lifecycle {
+        writer
+            .patch(&change.pod, lifecycle_patch(change.to))
+            .await?;
+        if change.mark_not_ready {
+            let not_ready = json!({"status": {"conditions": [{"type": "KruisePodReady", "status": "False", "lastTransitionTime": now.to_string()}]}});
+            writer.patch_status(&change.pod, not_ready).await?;
+        }
+    }
+    for update in &plan.in_place_update {
+        let Some(pod) = pods.iter().find(|p| p.name_any() == update.pod) else {
+            continue;
+        };
+        // The status write bumps the resourceVersion the update patch
+        // checks, so the patch is built from the pod it returns.
+        let started;
+        let pod = if has_in_place_gate(pod) {
+            started = writer
+                .patch_status(&update.pod, start_status_patch(now))
+                .await?;
+            &started
+        } else {
+            pod
+        };
+        writer
+            .patch(&update.pod, update_patch(pod, &update.spec, now))
+            .await?;
+        writer
+            .event(
+                "SuccessfulUpdatePodInPlace",
+                &format!("successfully update pod {} in-place", update.pod),
+            )
+            .await;
+    }
+    for name in &plan.apply_graced {
+        if let Some(patch) = pods
+            .iter()
+            .find(|p| &p.name_any() == name)
+            .and_then(apply_graced_patch)
+        {
+            writer.patch(name, patch).await?;
+        }
+    }
+    for completion in &plan.in_place_complete {
+        writer
+            .patch_status(&completion.pod, ready_status_patch(now))
+            .await?;
+        if let Some(to) = completion.to {
+            writer.patch(&completion.pod, lifecycle_patch(to)).await?;
+        }
+    }
+    for (name, hash) in &plan.template_hash_fix {
+        writer
+            .patch(
+                name,
+                json!({"metadata": {"labels": {LABEL_POD_TEMPLATE_HASH: hash}}}),
+            )
+            .await?;
+    }
+    if plan.scale_up_limited {
+        writer
+            .warning(
+                "ScaleUpLimited",
+                "scale up limited by maxUnavailable of the scale strategy",
+            )
+            .await;
+    }
+    Ok(())
+}
+
+struct Writer<'a> {
+    context: &'a Context,
+    cloneset: &'a CloneSet,
+    pods: &'a Api<Pod>,
+}
+
+impl Writer<'_> {
+    async fn create_pods(
+        &self,
+        pods: &[Pod],
+        revisions: &Revisions,
+        plan: &Plan,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let cloneset = self.cloneset;
+        let mut taken: BTreeSet<String> = pods
+            .iter()
+            .filter_map(|p| p.labels().get(LABEL_INSTANCE_ID).cloned())
+            .collect();
+        let mut draw = random_draws();
+        for creation in &plan.create {
+            let Some(template) = revisions.template_of(&creation.revision) else {
+                continue;
+            };
+            let count = usize::try_from(creation.count).unwrap_or(0);
+            for id in new_instance_ids(&taken, count, &mut draw) {
+                taken.insert(id.clone());
+                self.create_claims(&new_claims(cloneset, &id)).await?;
+                let pod = new_pod(cloneset, &creation.revision, template, &id, now);
+                self.pods
+                    .create(&PostParams::default(), &pod)
+                    .await
+                    .map_err(ReconcileError::api(format!(
+                        "create pod {}",
+                        pod.name_any()
+                    )))?;
+                self.event(
+                    "SuccessfulCreate",
+                    &format!("succeed to create pod {}", pod.name_any()),
+                )
+                .await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn patch(&self, pod: &str, patch: Value) -> Result<(), ReconcileError> {
+        self.pods
+            .patch(pod, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+            .map_err(ReconcileError::api(format!("patch pod {pod}")))
+    }
+
+    async fn patch_status(&self, pod: &str, patch: Value) -> Result<Pod, ReconcileError> {
+        self.pods
+            .patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map_err(ReconcileError::api(format!(
+                "patch the status of pod {pod}"
+            )))
+    }
+
+    async fn create_claims(&self, claims: &[PersistentVolumeClaim]) -> Result<(), ReconcileError> {
+        let namespace = self.cloneset.namespace().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.context.client.clone(), &namespace);
+        for claim in claims {
+            match api.create(&PostParams::default(), claim).await {
+                Ok(_) => {}
+                // A claim of a recreated instance is reused.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => {
+                    return Err(ReconcileError::api(format!(
+                        "create claim {}",
+                        claim.name_any()
+                    ))(error));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn event(&self, reason: &str, note: &str) {
+        self.publish(EventType::Normal, reason, note).await;
+    }
+
+    async fn warning(&self, reason: &str, note: &str) {
+        self.publish(EventType::Warning, reason, note).await;
+    }
+
+    /// Events are best effort: a failed one is logged, never fatal.
+    async fn publish(&self, type_: EventType, reason: &str, note: &str) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.to_owned()),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        let reference = self.cloneset.object_ref(&());
+        if let Err(error) = self.context.recorder.publish(&event, &reference).await {
+            tracing::debug!(%error, reason, "event not recorded");
+        }
+    }
+}
+
+fn has_in_place_gate(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .any(|g| g.condition_type == CONDITION_IN_PLACE_UPDATE_READY)
+}
+
+/// Random numbers for instance ids, from the standard library's per-process
+/// random hasher keys (no RNG dependency for five characters).
+fn random_draws() -> impl FnMut() -> u32 {
+    let state = std::collections::hash_map::RandomState::new();
+    let mut counter: u64 = 0;
+    move || {
+        counter += 1;
+        let mut hasher = state.build_hasher();
+        hasher.write_u64(counter);
+        u32::try_from(hasher.finish() >> 32).unwrap_or(0)
+    }
+}

@@ -1,0 +1,273 @@
+//! End to end on the dev cluster (real API server, simulated nodes): the
+//! seed rollout of spec 03 §10 with maxSurge 20%, maxUnavailable 0 and a
+//! partition, then the in-place + surge example, checked through the API,
+//! a watch that sees every pod change, and kubectl.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::CloneSet;
+use kruise_devcluster::simnode::SimNodes;
+use kruise_devcluster::{DevCluster, Options};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+fn example(name: &str) -> CloneSet {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../policies/fixtures/examples")
+        .join(name);
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Every pod state the API server shows, as (active pods, ready pods)
+/// after each change, from a watch (not sampling: no moment is missed
+/// between two events).
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<(usize, usize)>>>);
+
+impl Recorder {
+    fn start(client: &Client, selector: &str) -> Self {
+        let recorder = Self::default();
+        let seen = recorder.0.clone();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let config = watcher::Config::default().labels(selector);
+        tokio::spawn(async move {
+            let mut current: BTreeMap<String, Pod> = BTreeMap::new();
+            // The initial list arrives pod by pod: record from its end on.
+            let mut listed = false;
+            let events = watcher(pods, config).default_backoff();
+            futures::pin_mut!(events);
+            while let Some(Ok(event)) = events.next().await {
+                match event {
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                        current.insert(pod.name_any(), pod);
+                    }
+                    watcher::Event::Delete(pod) => {
+                        current.remove(&pod.name_any());
+                    }
+                    watcher::Event::Init => continue,
+                    watcher::Event::InitDone => listed = true,
+                }
+                if !listed {
+                    continue;
+                }
+                let active: Vec<&Pod> = current
+                    .values()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                let ready = active.iter().filter(|p| ready(p)).count();
+                seen.lock().unwrap().push((active.len(), ready));
+            }
+        });
+        recorder
+    }
+
+    fn take(&self) -> Vec<(usize, usize)> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+/// DESIRED UPDATED UPDATED_READY READY TOTAL, as `kubectl get clone` shows.
+fn columns(cloneset: &CloneSet) -> [i32; 5] {
+    let status = cloneset.status.clone().unwrap_or_default();
+    [
+        cloneset.spec.replicas.unwrap_or(1),
+        status.updated_replicas,
+        status.updated_ready_replicas,
+        status.ready_replicas,
+        status.replicas,
+    ]
+}
+
+async fn wait_for_columns(api: &Api<CloneSet>, name: &str, want: [i32; 5]) -> CloneSet {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let cloneset = api.get(name).await.unwrap();
+        let generation_seen = cloneset.status.as_ref().and_then(|s| s.observed_generation)
+            == cloneset.metadata.generation;
+        if generation_seen && columns(&cloneset) == want {
+            return cloneset;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: wanted {want:?}, still {:?}: {:#?}",
+            columns(&cloneset),
+            cloneset.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+async fn set_image(api: &Api<CloneSet>, name: &str, image: &str) {
+    let patch =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn clonesets_roll_out_on_the_dev_cluster() {
+    let cluster = DevCluster::start(Options::default()).await.unwrap();
+    let client = cluster.client();
+    kruise_devcluster::crds::install(&client).await.unwrap();
+    let _nodes = SimNodes::start(client.clone(), 3).await.unwrap();
+    tokio::spawn(kruise_cloneset_controller::run(client.clone()));
+    let api: Api<CloneSet> = Api::namespaced(client.clone(), "default");
+
+    surge_and_partition(&client, &api, &cluster.kubeconfig).await;
+    in_place_with_surge(&client, &api).await;
+}
+
+/// Spec 03 §10: TOTAL never above 6, READY never below 5, 3 pods kept on
+/// the old revision, then all 5 updated once the partition is 0.
+async fn surge_and_partition(client: &Client, api: &Api<CloneSet>, kubeconfig: &Path) {
+    api.create(
+        &PostParams::default(),
+        &example("cloneset-surge-partition.yaml"),
+    )
+    .await
+    .unwrap();
+    let first = wait_for_columns(api, "demo", [5, 5, 5, 5, 5]).await;
+    let revision_a = first.status.unwrap().update_revision.unwrap();
+
+    let recorder = Recorder::start(client, "app=demo");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    set_image(api, "demo", "nginx:1.9.1").await;
+    let phase_one = wait_for_columns(api, "demo", [5, 2, 2, 5, 5]).await;
+    let status = phase_one.status.unwrap();
+    assert_eq!(
+        status.current_revision.as_deref(),
+        Some(revision_a.as_str())
+    );
+    assert_eq!(status.expected_updated_replicas, Some(2));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let on_a = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| {
+            p.labels().get("app").map(String::as_str) == Some("demo")
+                && p.labels().get("controller-revision-hash") == Some(&revision_a)
+        })
+        .count();
+    assert_eq!(on_a, 3, "the partition keeps 3 pods on the old revision");
+
+    let partition = json!({"spec": {"updateStrategy": {"partition": 0}}});
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(partition))
+        .await
+        .unwrap();
+    let done = wait_for_columns(api, "demo", [5, 5, 5, 5, 5]).await;
+    let status = done.status.unwrap();
+    assert_eq!(status.current_revision, status.update_revision);
+
+    let seen = recorder.take();
+    assert!(seen.len() > 10, "the watch saw the rollout: {seen:?}");
+    let most = seen.iter().map(|(total, _)| *total).max().unwrap();
+    let fewest_ready = seen.iter().map(|(_, ready)| *ready).min().unwrap();
+    assert_eq!(
+        most, 6,
+        "maxSurge 20% of 5 allows exactly one extra pod: {seen:?}"
+    );
+    assert!(fewest_ready >= 5, "maxUnavailable 0: {seen:?}");
+
+    let table = kubectl(kubeconfig, &["get", "clone", "demo"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    // OpenKruise's printer columns (UPDATED_AVAILABLE since v1.7).
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "DESIRED",
+            "UPDATED",
+            "UPDATED_READY",
+            "UPDATED_AVAILABLE",
+            "READY",
+            "TOTAL",
+            "AGE"
+        ]
+    );
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..7], ["demo", "5", "5", "5", "5", "5", "5"]);
+
+    // The scale subresource: `kubectl scale clone`.
+    kubectl(kubeconfig, &["scale", "clone", "demo", "--replicas=3"]);
+    wait_for_columns(api, "demo", [3, 3, 3, 3, 3]).await;
+}
+
+/// In-place update with surge: the old pods keep their UID and IP, only
+/// the container restarts with the new image, the surge pod goes away.
+async fn in_place_with_surge(client: &Client, api: &Api<CloneSet>) {
+    api.create(
+        &PostParams::default(),
+        &example("cloneset-inplace-surge.yaml"),
+    )
+    .await
+    .unwrap();
+    wait_for_columns(api, "demo-inplace", [5, 5, 5, 5, 5]).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let selector = ListParams::default().labels("app=demo-inplace");
+    let before: BTreeMap<String, Pod> = pods
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+
+    set_image(api, "demo-inplace", "nginx:1.9.1").await;
+    wait_for_columns(api, "demo-inplace", [5, 5, 5, 5, 5]).await;
+    let after = pods.list(&selector).await.unwrap().items;
+    let kept: Vec<&Pod> = after
+        .iter()
+        .filter(|p| before.contains_key(&p.name_any()))
+        .collect();
+    assert!(
+        kept.len() >= 4,
+        "in place: at most the surge share is recreated: {}",
+        kept.len()
+    );
+    for pod in kept {
+        let old = &before[&pod.name_any()];
+        assert_eq!(pod.uid(), old.uid());
+        let ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        assert_eq!(ip(pod), ip(old));
+        let main = |p: &Pod| p.status.clone().unwrap().container_statuses.unwrap()[0].clone();
+        assert_eq!(main(pod).image, "nginx:1.9.1");
+        assert_eq!(main(pod).restart_count, main(old).restart_count + 1);
+        assert_ne!(main(pod).image_id, main(old).image_id);
+    }
+}

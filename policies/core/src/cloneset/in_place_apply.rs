@@ -1,0 +1,158 @@
+//! The writes of an in-place update (spec 03 §8.2) as patches: what the
+//! controller sends for [`super::InPlaceUpdate`], a graced update whose
+//! time has come, and [`super::InPlaceCompletion`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Map, Value, json};
+
+use super::in_place::InPlaceUpdateSpec;
+use super::pod_state::{LifecycleState, annotation, short_hash};
+use super::{
+    ANNOTATION_IN_PLACE_UPDATE_GRACE, ANNOTATION_IN_PLACE_UPDATE_STATE,
+    CONDITION_IN_PLACE_UPDATE_READY, LABEL_LIFECYCLE_STATE, LABEL_POD_TEMPLATE_HASH,
+    LABEL_REVISION,
+};
+
+/// Step 1: the `pods/status` patch that turns `InPlaceUpdateReady` False
+/// before anything changes, so the pod leaves Service endpoints first.
+pub fn start_status_patch(now: Timestamp) -> Value {
+    condition_patch("False", Some("StartInPlaceUpdate"), now)
+}
+
+/// The `pods/status` patch of a finished update (or a new pod's first one).
+pub fn ready_status_patch(now: Timestamp) -> Value {
+    condition_patch("True", None, now)
+}
+
+fn condition_patch(status: &str, reason: Option<&str>, now: Timestamp) -> Value {
+    let mut condition = json!({
+        "type": CONDITION_IN_PLACE_UPDATE_READY,
+        "status": status,
+        "lastTransitionTime": now.to_string(),
+    });
+    if let Some(reason) = reason {
+        condition["reason"] = json!(reason);
+    }
+    json!({"status": {"conditions": [condition]}})
+}
+
+/// Step 2: one strategic merge patch that moves the pod to the new
+/// revision, records the in-place state and, without a grace period,
+/// changes the images. It carries the pod's resourceVersion, so a write
+/// racing with ours fails with a conflict instead of being overwritten.
+pub fn update_patch(pod: &Pod, update: &InPlaceUpdateSpec, now: Timestamp) -> Value {
+    let mut labels: Map<String, Value> = to_patch_map(&update.labels);
+    labels.insert(LABEL_REVISION.to_owned(), json!(update.revision));
+    labels.insert(
+        LABEL_POD_TEMPLATE_HASH.to_owned(),
+        json!(short_hash(&update.revision)),
+    );
+    if annotation_or_label(pod, LABEL_LIFECYCLE_STATE).is_some() {
+        labels.insert(
+            LABEL_LIFECYCLE_STATE.to_owned(),
+            json!(LifecycleState::Updating.as_str()),
+        );
+    }
+    let mut annotations = to_patch_map(&update.annotations);
+    annotations.insert(
+        ANNOTATION_IN_PLACE_UPDATE_STATE.to_owned(),
+        json!(state_annotation(pod, update, now)),
+    );
+    let mut patch = json!({
+        "metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "labels": labels,
+            "annotations": annotations,
+        },
+    });
+    if update.grace_seconds > 0 {
+        patch["metadata"]["annotations"][ANNOTATION_IN_PLACE_UPDATE_GRACE] =
+            json!(grace_annotation(update).to_string());
+    } else {
+        patch["spec"] = images_patch(&update.container_images);
+    }
+    patch
+}
+
+/// A graced update whose period has passed: apply the images stored in
+/// the grace annotation and drop it. `None` if the annotation is missing
+/// or unreadable (the next round recomputes the update).
+pub fn apply_graced_patch(pod: &Pod) -> Option<Value> {
+    let stored: Value = serde_json::from_str(annotation(pod, ANNOTATION_IN_PLACE_UPDATE_GRACE)?).ok()?;
+    let images: BTreeMap<String, String> =
+        serde_json::from_value(stored.get("containerImages")?.clone()).ok()?;
+    Some(json!({
+        "metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "annotations": {ANNOTATION_IN_PLACE_UPDATE_GRACE: null},
+        },
+        "spec": images_patch(&images),
+    }))
+}
+
+/// The label patch of a completion that moves the lifecycle state on.
+pub fn lifecycle_patch(to: LifecycleState) -> Value {
+    json!({"metadata": {"labels": {LABEL_LIFECYCLE_STATE: to.as_str()}}})
+}
+
+fn images_patch(images: &BTreeMap<String, String>) -> Value {
+    let containers: Vec<Value> = images
+        .iter()
+        .map(|(name, image)| json!({"name": name, "image": image}))
+        .collect();
+    json!({ "containers": containers })
+}
+
+fn to_patch_map(changes: &BTreeMap<String, Option<String>>) -> Map<String, Value> {
+    changes
+        .iter()
+        .map(|(key, value)| (key.clone(), value.as_ref().map_or(Value::Null, |v| json!(v))))
+        .collect()
+}
+
+fn annotation_or_label<'a>(pod: &'a Pod, key: &str) -> Option<&'a String> {
+    pod.metadata.labels.as_ref().and_then(|l| l.get(key))
+}
+
+/// `apps.kruise.io/inplace-update-state`: the revision, when, and each
+/// updated container's imageID before the update (completion is a new one).
+fn state_annotation(pod: &Pod, update: &InPlaceUpdateSpec, now: Timestamp) -> String {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default();
+    let last: Map<String, Value> = update
+        .container_images
+        .keys()
+        .map(|name| {
+            let image_id = statuses
+                .iter()
+                .find(|s| &s.name == name)
+                .map(|s| s.image_id.clone())
+                .unwrap_or_default();
+            (name.clone(), json!({"imageID": image_id}))
+        })
+        .collect();
+    let containers: Vec<&String> = update.container_images.keys().collect();
+    json!({
+        "revision": update.revision,
+        "updateTimestamp": now.to_string(),
+        "lastContainerStatuses": last,
+        "updateImages": !update.container_images.is_empty(),
+        "updateEnvFromMetadata": !update.env_from_metadata_containers.is_empty(),
+        "containerBatchesRecord": [{"timestamp": now.to_string(), "containers": containers}],
+    })
+    .to_string()
+}
+
+fn grace_annotation(update: &InPlaceUpdateSpec) -> Value {
+    json!({
+        "revision": update.revision,
+        "containerImages": update.container_images,
+        "graceSeconds": update.grace_seconds,
+    })
+}
