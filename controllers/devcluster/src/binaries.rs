@@ -112,6 +112,9 @@ impl Binaries {
         tracing::info!(dir = %self.dir.display(), "building the dev cluster's Go binaries (minutes on a cold Go cache)");
         let output = Command::new("go")
             .current_dir(module)
+            // Build stamps would read the clone's git state: not wanted, and
+            // not possible where the clone has no .git.
+            .env("GOFLAGS", "-buildvcs=false")
             .args([
                 "build",
                 "-trimpath",

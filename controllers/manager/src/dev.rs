@@ -1,6 +1,7 @@
-//! The dev environment: the dev cluster, our CRDs, simulated nodes, and the
+//! The dev environment: the dev cluster, our CRDs, simulated nodes, the
 //! webhook host serving OpenKruise's pod webhook through a real
-//! MutatingWebhookConfiguration. The README's run command starts it.
+//! MutatingWebhookConfiguration, and the controllers. The README's run
+//! command starts it.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::controllers::Controllers;
 use crate::webhook::{self, POD_CHAIN};
 
 #[derive(Debug, Clone)]
@@ -43,6 +45,7 @@ pub struct DevEnvironment {
     pub webhook_url: String,
     pub nodes: SimNodes,
     webhook: Option<RunningServer>,
+    controllers: Controllers,
     /// The wasm runtime the host's policies run on (its epoch ticker
     /// enforces their deadlines).
     _runtime: Runtime,
@@ -79,6 +82,7 @@ impl DevEnvironment {
             webhook_url,
             nodes,
             webhook: Some(webhook),
+            controllers: Controllers::start(&client),
             _runtime: runtime,
             cluster,
         })
@@ -94,6 +98,7 @@ impl DevEnvironment {
 
     /// Stops the host, the simulated nodes and the control plane.
     pub fn stop(&mut self) {
+        self.controllers.stop();
         if let Some(webhook) = self.webhook.take() {
             webhook.shutdown();
         }

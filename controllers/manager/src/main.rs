@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use kruise_manager::controllers::Controllers;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "kruise-manager", version, about)]
@@ -16,6 +18,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the controllers against a cluster: the kubeconfig given, else
+    /// $KUBECONFIG / ~/.kube/config, else the pod's service account.
+    Run {
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
     /// Start the dev cluster (real kube-apiserver, etcd, controller-manager
     /// and scheduler), our CRDs, simulated nodes, the webhook host and the
     /// controllers; print how to use kubectl; stop everything on Ctrl-C.
@@ -40,6 +48,7 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run { kubeconfig } => run(kubeconfig).await,
         Command::Dev {
             sim_nodes,
             work_dir,
@@ -77,5 +86,28 @@ async fn dev(options: DevOptions) -> Result<(), String> {
         .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
     eprintln!("stopping");
     environment.stop();
+    Ok(())
+}
+
+async fn run(kubeconfig: Option<PathBuf>) -> Result<(), String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(&path)
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| format!("no cluster configuration found: {e}"))?,
+    };
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    let mut controllers = Controllers::start(&client);
+    eprintln!("controllers running; Ctrl-C stops them");
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
+    controllers.stop();
     Ok(())
 }

@@ -1,0 +1,29 @@
+//! The controllers this manager runs, each a task of its own.
+
+use kube::Client;
+use tokio::task::JoinHandle;
+
+/// Running controllers; they stop when this is dropped.
+#[derive(Debug)]
+pub struct Controllers {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Controllers {
+    pub fn start(client: &Client) -> Self {
+        let tasks = vec![tokio::spawn(kruise_cloneset_controller::run(client.clone()))];
+        Self { tasks }
+    }
+
+    pub fn stop(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
