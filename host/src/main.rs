@@ -18,10 +18,10 @@ use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads};
 use kruise_wasm_host::inject::{
     Injector, labels_from_text, namespace_of, sidecar_sets_from_yaml, sidecarset_settings,
 };
+use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::metadata::Metadata;
 use kruise_wasm_host::policy::Policy;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
-use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles, read_text};
 use kruise_wasm_host::server::{ServerConfig, TlsFiles};
 
@@ -399,7 +399,6 @@ fn read_document(source: &str) -> Result<Value, String> {
     };
     parse_document(&text)
 }
-
 
 /// JSON, or else YAML (a superset, but slower and laxer).
 fn parse_document(text: &str) -> Result<Value, String> {

@@ -96,7 +96,10 @@ fn context_aware_kinds(policies_yml: &Path) -> Result<Vec<ContextAwareResource>,
     let entries = policies_file::parse(&read_text(policies_yml)?)
         .map_err(|e| format!("{}: {e}", policies_yml.display()))?;
     let mut kinds: Vec<ContextAwareResource> = Vec::new();
-    for kind in entries.into_values().flat_map(|e| e.context_aware_resources) {
+    for kind in entries
+        .into_values()
+        .flat_map(|e| e.context_aware_resources)
+    {
         if !kinds.contains(&kind) {
             kinds.push(kind);
         }

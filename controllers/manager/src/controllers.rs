@@ -11,7 +11,10 @@ pub struct Controllers {
 
 impl Controllers {
     pub fn start(client: &Client) -> Self {
-        let tasks = vec![tokio::spawn(kruise_cloneset_controller::run(client.clone()))];
+        let tasks = vec![
+            tokio::spawn(kruise_cloneset_controller::run(client.clone())),
+            tokio::spawn(kruise_resourcedistribution_controller::run(client.clone())),
+        ];
         Self { tasks }
     }
 

@@ -237,11 +237,8 @@ async fn wait_for_pod_webhook(client: &Client) -> Result<(), String> {
 
 fn mutated(pod: &Pod) -> bool {
     pod.spec.as_ref().is_some_and(|spec| {
-        spec.containers.iter().any(|c| {
-            c.env
-                .iter()
-                .flatten()
-                .any(|e| e.name == BARRIER_ENV)
-        })
+        spec.containers
+            .iter()
+            .any(|c| c.env.iter().flatten().any(|e| e.name == BARRIER_ENV))
     })
 }

@@ -81,7 +81,8 @@ pub fn update_patch(pod: &Pod, update: &InPlaceUpdateSpec, now: Timestamp) -> Va
 /// the grace annotation and drop it. `None` if the annotation is missing
 /// or unreadable (the next round recomputes the update).
 pub fn apply_graced_patch(pod: &Pod) -> Option<Value> {
-    let stored: Value = serde_json::from_str(annotation(pod, ANNOTATION_IN_PLACE_UPDATE_GRACE)?).ok()?;
+    let stored: Value =
+        serde_json::from_str(annotation(pod, ANNOTATION_IN_PLACE_UPDATE_GRACE)?).ok()?;
     let images: BTreeMap<String, String> =
         serde_json::from_value(stored.get("containerImages")?.clone()).ok()?;
     Some(json!({
@@ -109,7 +110,12 @@ fn images_patch(images: &BTreeMap<String, String>) -> Value {
 fn to_patch_map(changes: &BTreeMap<String, Option<String>>) -> Map<String, Value> {
     changes
         .iter()
-        .map(|(key, value)| (key.clone(), value.as_ref().map_or(Value::Null, |v| json!(v))))
+        .map(|(key, value)| {
+            (
+                key.clone(),
+                value.as_ref().map_or(Value::Null, |v| json!(v)),
+            )
+        })
         .collect()
 }
 

@@ -58,7 +58,10 @@ pub fn new_pod(
     let mut labels = template_meta.labels.unwrap_or_default();
     labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
     labels.insert(LABEL_REVISION.to_owned(), revision.to_owned());
-    labels.insert(LABEL_POD_TEMPLATE_HASH.to_owned(), short_hash(revision).to_owned());
+    labels.insert(
+        LABEL_POD_TEMPLATE_HASH.to_owned(),
+        short_hash(revision).to_owned(),
+    );
     labels.insert(
         LABEL_LIFECYCLE_STATE.to_owned(),
         LifecycleState::PreparingNormal.as_str().to_owned(),
@@ -112,7 +115,14 @@ pub fn new_claims(cloneset: &CloneSet, id: &str) -> Vec<PersistentVolumeClaim> {
             let mut claim = template.clone();
             let volume = template.metadata.name.clone().unwrap_or_default();
             let mut labels = template.metadata.labels.clone().unwrap_or_default();
-            labels.extend(cloneset.spec.selector.match_labels.clone().unwrap_or_default());
+            labels.extend(
+                cloneset
+                    .spec
+                    .selector
+                    .match_labels
+                    .clone()
+                    .unwrap_or_default(),
+            );
             labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
             claim.metadata = ObjectMeta {
                 name: Some(claim_name(&volume, &name, id)),

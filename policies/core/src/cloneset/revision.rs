@@ -127,7 +127,10 @@ pub fn plan_revisions(
             hash = revision_hash(&data, collision_count);
         }
         let revision = new_revision(cloneset, &data, &hash, newest + 1);
-        (revision_name(&name, &hash), RevisionWrite::Create(Box::new(revision)))
+        (
+            revision_name(&name, &hash),
+            RevisionWrite::Create(Box::new(revision)),
+        )
     };
 
     let previous_current = cloneset
@@ -187,7 +190,11 @@ fn history_to_delete(
     keep: [&String; 2],
     limit: i32,
 ) -> Vec<String> {
-    let live: BTreeSet<&str> = pods.iter().filter_map(revision_label).map(short_hash).collect();
+    let live: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(revision_label)
+        .map(short_hash)
+        .collect();
     let mut history: Vec<&ControllerRevision> = existing
         .iter()
         .filter(|r| {
@@ -196,7 +203,9 @@ fn history_to_delete(
         })
         .collect();
     history.sort_by_key(|r| r.revision.unwrap_or(0));
-    let surplus = history.len().saturating_sub(usize::try_from(limit).unwrap_or(0));
+    let surplus = history
+        .len()
+        .saturating_sub(usize::try_from(limit).unwrap_or(0));
     history
         .into_iter()
         .take(surplus)
@@ -213,7 +222,11 @@ mod tests {
     fn safe_encoding_uses_the_kubernetes_alphabet() {
         // '0' is byte 48: 48 % 27 = 21 -> '4'.
         assert_eq!(safe_encode("0"), "4");
-        assert!(revision_hash(&json!({}), 0).chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+        assert!(
+            revision_hash(&json!({}), 0)
+                .chars()
+                .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c))
+        );
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! Kubernetes events on the distribution. Publishing is best effort: a
+//! failure is logged and never fails the reconcile.
+
+use kruise_api::ResourceDistribution;
+use kruise_api::resourcedistribution::ResourceDistributionConditionType as ConditionType;
+use kruise_core::resourcedistribution::{Action, Failure, ResourceIdentity};
+use kube::Resource;
+use kube::runtime::events::{Event, EventType};
+
+use crate::cluster::verb;
+use crate::context::Context;
+
+/// Namespaces named in one event note; the rest are counted.
+const NAMESPACES_SHOWN: usize = 10;
+/// The most characters of an error message put in a note (notes are
+/// limited to 1 kB).
+const MESSAGE_CHARS: usize = 600;
+
+/// One Normal event per kind of write that succeeded, naming the
+/// namespaces.
+pub(crate) async fn writes_done(
+    context: &Context,
+    distribution: &ResourceDistribution,
+    resource: &ResourceIdentity,
+    done: &[&Action],
+) {
+    for (action_verb, reason, past) in [
+        ("create", "ResourceCreated", "created"),
+        ("update", "ResourceUpdated", "updated"),
+        ("delete", "ResourceDeleted", "deleted"),
+    ] {
+        let namespaces: Vec<&str> = done
+            .iter()
+            .filter(|action| verb(action) == action_verb)
+            .map(|action| action.namespace())
+            .collect();
+        if namespaces.is_empty() {
+            continue;
+        }
+        let note = format!(
+            "{past} {} {} in {}",
+            resource.kind.as_str(),
+            resource.name,
+            list(&namespaces)
+        );
+        publish(
+            context,
+            distribution,
+            EventType::Normal,
+            reason,
+            capitalized(action_verb),
+            note,
+        )
+        .await;
+    }
+}
+
+/// One Warning event per condition type among `failures`, with its
+/// namespaces and the last message.
+pub(crate) async fn failures(
+    context: &Context,
+    distribution: &ResourceDistribution,
+    failures: &[&Failure],
+) {
+    for condition in ConditionType::ALL {
+        let hits: Vec<&&Failure> = failures
+            .iter()
+            .filter(|f| f.condition == condition)
+            .collect();
+        let Some(last) = hits.last() else {
+            continue;
+        };
+        let namespaces: Vec<&str> = hits.iter().map(|f| f.namespace.as_str()).collect();
+        let note = format!(
+            "{}: {}",
+            list(&namespaces),
+            truncate(&last.message, MESSAGE_CHARS)
+        );
+        let reason = format!("{condition:?}");
+        publish(
+            context,
+            distribution,
+            EventType::Warning,
+            &reason,
+            "Distribute",
+            note,
+        )
+        .await;
+    }
+}
+
+/// The distribution cannot be planned: only a new spec helps.
+pub(crate) async fn invalid_spec(
+    context: &Context,
+    distribution: &ResourceDistribution,
+    message: &str,
+) {
+    publish(
+        context,
+        distribution,
+        EventType::Warning,
+        "InvalidSpec",
+        "Distribute",
+        truncate(message, MESSAGE_CHARS),
+    )
+    .await;
+}
+
+async fn publish(
+    context: &Context,
+    distribution: &ResourceDistribution,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    let reference = distribution.object_ref(&());
+    if let Err(error) = context.recorder.publish(&event, &reference).await {
+        tracing::warn!(
+            distribution = distribution.metadata.name.as_deref().unwrap_or_default(),
+            reason,
+            %error,
+            "cannot publish an event"
+        );
+    }
+}
+
+fn capitalized(verb: &str) -> &'static str {
+    match verb {
+        "create" => "Create",
+        "update" => "Update",
+        _ => "Delete",
+    }
+}
+
+/// `a, b, c` or `a, b, ... and 5 more`.
+fn list(namespaces: &[&str]) -> String {
+    let shown = namespaces
+        .iter()
+        .take(NAMESPACES_SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    match namespaces.len().saturating_sub(NAMESPACES_SHOWN) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+fn truncate(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lists_are_counted() {
+        assert_eq!(list(&["a", "b"]), "a, b");
+        let many: Vec<String> = (1..=12).map(|i| format!("ns-{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            list(&many),
+            "ns-1, ns-2, ns-3, ns-4, ns-5, ns-6, ns-7, ns-8, ns-9, ns-10 and 2 more"
+        );
+    }
+
+    #[test]
+    fn truncation_respects_characters() {
+        assert_eq!(truncate("héllo", 10), "héllo");
+        assert_eq!(truncate("héllo", 2), "hé...");
+    }
+}

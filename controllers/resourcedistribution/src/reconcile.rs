@@ -1,0 +1,147 @@
+//! One reconcile: read, plan (kruise-core), write, report.
+
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::ResourceDistribution;
+use kruise_core::resourcedistribution::{
+    Action as Write, Failure, PlanError, ReconcileInput, needs_status_write, plan, read_resource,
+};
+use kube::runtime::controller::Action;
+
+use crate::cluster::{self, ReadError, StatusWrite};
+use crate::context::Context;
+use crate::events;
+
+/// Why a reconcile is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("cannot plan: {0}")]
+    Plan(#[source] PlanError),
+    #[error("cannot write the status: {0}")]
+    Status(#[source] kube::Error),
+    #[error("{count} namespace(s) failed, e.g. {example}")]
+    Failures { count: usize, example: String },
+}
+
+pub(crate) async fn reconcile(
+    distribution: Arc<ResourceDistribution>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = distribution.metadata.name.clone().unwrap_or_default();
+    if distribution.metadata.deletion_timestamp.is_some() {
+        // The garbage collector deletes the copies (controller owner
+        // references); there is nothing to do here.
+        return Ok(Action::await_change());
+    }
+    let resource = match read_resource(&distribution.spec.resource) {
+        Ok(resource) => resource,
+        Err(message) => return Ok(invalid(&context, &distribution, &message).await),
+    };
+    let client = &context.client;
+    let namespaces = cluster::namespaces(client).await?;
+    let existing = cluster::existing(client, &resource).await?;
+    let now = Timestamp::now();
+    let plan = match plan(&ReconcileInput {
+        distribution: &distribution,
+        namespaces: &namespaces,
+        existing: &existing,
+        now,
+    }) {
+        Ok(plan) => plan,
+        Err(error @ (PlanError::InvalidResource(_) | PlanError::InvalidSelector(_))) => {
+            return Ok(invalid(&context, &distribution, &error.to_string()).await);
+        }
+        Err(error) => return Err(Error::Plan(error)),
+    };
+
+    let outcomes = cluster::execute(client, &plan.resource, &plan.actions, &existing).await;
+    let done: Vec<&Write> = plan
+        .actions
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, failure)| failure.is_none())
+        .map(|(action, _)| action)
+        .collect();
+    events::writes_done(&context, &distribution, &plan.resource, &done).await;
+    let action_failures: Vec<Failure> = outcomes.into_iter().flatten().collect();
+    events::failures(
+        &context,
+        &distribution,
+        &action_failures.iter().collect::<Vec<_>>(),
+    )
+    .await;
+
+    let status = plan.status_after(&distribution, &action_failures, now);
+    if needs_status_write(&distribution, &status) {
+        tracing::info!(
+            distribution = %name,
+            desired = status.desired,
+            succeeded = status.succeeded,
+            failed = status.failed,
+            "writing the status"
+        );
+        // Conflicts and missing namespaces are reported once, when the
+        // status changes, not on every reconcile.
+        events::failures(
+            &context,
+            &distribution,
+            &plan.failures.iter().collect::<Vec<_>>(),
+        )
+        .await;
+        let written = cluster::write_status(client, &distribution, status)
+            .await
+            .map_err(Error::Status)?;
+        if written == StatusWrite::Stale {
+            tracing::debug!(distribution = %name, "read a stale distribution; its update comes next");
+        }
+    }
+
+    if plan.needs_retry(&action_failures) {
+        let retried: Vec<&Failure> = plan
+            .failures
+            .iter()
+            .chain(&action_failures)
+            .filter(|f| f.needs_retry())
+            .collect();
+        let example = retried
+            .first()
+            .map(|f| format!("{} ({:?}): {}", f.namespace, f.condition, f.message))
+            .unwrap_or_default();
+        return Err(Error::Failures {
+            count: retried.len(),
+            example,
+        });
+    }
+    context.reset_backoff(&name);
+    Ok(Action::await_change())
+}
+
+/// The signature kube's `Controller::run` asks for.
+#[allow(clippy::needless_pass_by_value)]
+pub(crate) fn error_policy(
+    distribution: Arc<ResourceDistribution>,
+    error: &Error,
+    context: Arc<Context>,
+) -> Action {
+    let name = distribution.metadata.name.as_deref().unwrap_or_default();
+    let delay = context.next_backoff(name);
+    tracing::warn!(distribution = name, %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Logs and reports a distribution that cannot be planned; it waits for a
+/// new spec.
+async fn invalid(context: &Context, distribution: &ResourceDistribution, message: &str) -> Action {
+    let name = distribution.metadata.name.as_deref().unwrap_or_default();
+    tracing::warn!(
+        distribution = name,
+        message,
+        "cannot distribute; waiting for a new spec"
+    );
+    events::invalid_spec(context, distribution, message).await;
+    context.reset_backoff(name);
+    Action::await_change()
+}
