@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_core::launch_priority::BARRIER_ENV;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
-use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
+use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET, VALIDATE_RESOURCEDISTRIBUTION};
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
 use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles};
@@ -72,20 +72,25 @@ impl DevEnvironment {
                 .await
                 .map_err(|e| format!("the webhook host did not start: {e}"))??;
         let webhook_url = format!("https://{}", webhook.address);
-        webhook::register(
-            &client,
-            &webhook::pod_webhook(&webhook_url, &cluster.pki.ca_pem),
-        )
-        .await?;
-        wait_for_pod_webhook(&client).await?;
-        Ok(Self {
+        // From here on, dropping the environment stops everything.
+        let environment = Self {
             webhook_url,
             nodes,
             webhook: Some(webhook),
             controllers: Controllers::start(&client),
             _runtime: runtime,
             cluster,
-        })
+        };
+        let (url, ca) = (&environment.webhook_url, &environment.cluster.pki.ca_pem);
+        webhook::register(&client, &webhook::pod_webhook(url, ca)).await?;
+        let validation = webhook::validating_webhooks(
+            url,
+            ca,
+            &[(VALIDATE_RESOURCEDISTRIBUTION.name, "resourcedistributions")],
+        );
+        webhook::register(&client, &validation).await?;
+        wait_for_pod_webhook(&client).await?;
+        Ok(environment)
     }
 
     pub fn client(&self) -> Client {
@@ -130,7 +135,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for module in [SIDECARSET, LAUNCH_PRIORITY] {
+    for module in [SIDECARSET, LAUNCH_PRIORITY, VALIDATE_RESOURCEDISTRIBUTION] {
         write(&format!("{}.wasm", module.name), module.wasm)?;
     }
     let policies = json!({
@@ -148,6 +153,10 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         LAUNCH_PRIORITY.name: {
             "module": format!("{}.wasm", LAUNCH_PRIORITY.name),
             "allowedToMutate": true,
+            "settings": {},
+        },
+        VALIDATE_RESOURCEDISTRIBUTION.name: {
+            "module": format!("{}.wasm", VALIDATE_RESOURCEDISTRIBUTION.name),
             "settings": {},
         },
     });

@@ -3,7 +3,9 @@
 //! (SidecarSet injection, then launch priority).
 
 use base64::Engine as _;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -45,11 +47,64 @@ pub fn pod_webhook(base_url: &str, ca_pem: &str) -> Value {
     })
 }
 
+pub const CR_WEBHOOK: &str = "kruise-wasm-validating-webhook";
+
+/// The validation of our custom resources, one policy per kind: each
+/// webhook sends its kind's CREATE and UPDATE to `/validate/<policy>`.
+pub fn validating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &str)]) -> Value {
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let webhooks: Vec<Value> = policies
+        .iter()
+        .map(|(policy, resource)| {
+            json!({
+                "name": format!("{resource}.kruise-wasm.io"),
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "url": format!("{base_url}/validate/{policy}"),
+                    "caBundle": ca_bundle,
+                },
+                "rules": [{
+                    "apiGroups": ["apps.kruise.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [resource],
+                }],
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "timeoutSeconds": 10,
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CR_WEBHOOK},
+        "webhooks": webhooks,
+    })
+}
+
+/// Applies a Mutating- or ValidatingWebhookConfiguration.
 pub async fn register(client: &Client, configuration: &Value) -> Result<(), String> {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let name = configuration["metadata"]["name"]
         .as_str()
         .unwrap_or_default();
+    let result = if configuration["kind"] == "ValidatingWebhookConfiguration" {
+        apply::<ValidatingWebhookConfiguration>(client, name, configuration).await
+    } else {
+        apply::<MutatingWebhookConfiguration>(client, name, configuration).await
+    };
+    result.map_err(|e| format!("cannot register the webhook {name}: {e}"))
+}
+
+async fn apply<K>(client: &Client, name: &str, configuration: &Value) -> Result<(), kube::Error>
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(client.clone());
     api.patch(
         name,
         &PatchParams::apply("kruise-manager").force(),
@@ -57,5 +112,4 @@ pub async fn register(client: &Client, configuration: &Value) -> Result<(), Stri
     )
     .await
     .map(|_| ())
-    .map_err(|e| format!("cannot register the webhook {name}: {e}"))
 }

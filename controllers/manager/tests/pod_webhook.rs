@@ -19,17 +19,21 @@ fn examples() -> PathBuf {
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let output = Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
+    let output = kubectl_output(kubeconfig, args);
     assert!(
         output.status.success(),
         "kubectl {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn kubectl_output(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs")
 }
 
 fn container_names(pod: &Value) -> Vec<&str> {
@@ -152,4 +156,29 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
     assert_eq!(created.spec.unwrap().containers.len(), 1);
     let annotations = created.metadata.annotations.unwrap_or_default();
     assert!(!annotations.contains_key("kruise.io/sidecarset-hash"));
+
+    resource_distributions_are_validated(&kubeconfig);
+}
+
+/// The validating module, called by the API server through a real
+/// ValidatingWebhookConfiguration: the seed example passes, a distribution
+/// of a Pod is refused with the module's message.
+fn resource_distributions_are_validated(kubeconfig: &Path) {
+    let seed = examples().join("resourcedistribution.yaml");
+    kubectl(kubeconfig, &["apply", "-f", seed.to_str().unwrap()]);
+    let invalid = std::env::temp_dir().join(format!("rd-invalid-{}.yaml", std::process::id()));
+    std::fs::write(
+        &invalid,
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: ResourceDistribution\nmetadata: {name: not-a-config}\n\
+         spec:\n  resource: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n  targets: {allNamespaces: true}\n",
+    )
+    .unwrap();
+    let refused = kubectl_output(kubeconfig, &["apply", "-f", invalid.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&invalid);
+    assert!(!refused.status.success(), "a Pod must not be distributed");
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("denied the request") && message.contains("spec.resource"),
+        "{message}"
+    );
 }
