@@ -5,136 +5,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-
-fn example(name: &str) -> CloneSet {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../policies/fixtures/examples")
-        .join(name);
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Every pod state the API server shows, as (active pods, ready pods)
-/// after each change, from a watch (not sampling: no moment is missed
-/// between two events).
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(usize, usize)>>>);
-
-impl Recorder {
-    fn start(client: &Client, selector: &str) -> Self {
-        let recorder = Self::default();
-        let seen = recorder.0.clone();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-        let config = watcher::Config::default().labels(selector);
-        tokio::spawn(async move {
-            let mut current: BTreeMap<String, Pod> = BTreeMap::new();
-            // The initial list arrives pod by pod: record from its end on.
-            let mut listed = false;
-            let events = watcher(pods, config).default_backoff();
-            futures::pin_mut!(events);
-            while let Some(Ok(event)) = events.next().await {
-                match event {
-                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                        current.insert(pod.name_any(), pod);
-                    }
-                    watcher::Event::Delete(pod) => {
-                        current.remove(&pod.name_any());
-                    }
-                    watcher::Event::Init => continue,
-                    watcher::Event::InitDone => listed = true,
-                }
-                if !listed {
-                    continue;
-                }
-                let active: Vec<&Pod> = current
-                    .values()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
-                let ready = active.iter().filter(|p| ready(p)).count();
-                seen.lock().unwrap().push((active.len(), ready));
-            }
-        });
-        recorder
-    }
-
-    fn take(&self) -> Vec<(usize, usize)> {
-        std::mem::take(&mut self.0.lock().unwrap())
-    }
-}
-
-/// DESIRED UPDATED UPDATED_READY READY TOTAL, as `kubectl get clone` shows.
-fn columns(cloneset: &CloneSet) -> [i32; 5] {
-    let status = cloneset.status.clone().unwrap_or_default();
-    [
-        cloneset.spec.replicas.unwrap_or(1),
-        status.updated_replicas,
-        status.updated_ready_replicas,
-        status.ready_replicas,
-        status.replicas,
-    ]
-}
-
-async fn wait_for_columns(api: &Api<CloneSet>, name: &str, want: [i32; 5]) -> CloneSet {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let cloneset = api.get(name).await.unwrap();
-        let generation_seen = cloneset.status.as_ref().and_then(|s| s.observed_generation)
-            == cloneset.metadata.generation;
-        if generation_seen && columns(&cloneset) == want {
-            return cloneset;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: wanted {want:?}, still {:?}: {:#?}",
-            columns(&cloneset),
-            cloneset.status
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let output = Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-async fn set_image(api: &Api<CloneSet>, name: &str, image: &str) {
-    let patch =
-        json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
-}
+use support::{Recorder, example, kubectl, set_image, wait_for_columns};
 
 #[tokio::test]
 async fn clonesets_roll_out_on_the_dev_cluster() {
