@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
 use crate::runtime::HostCalls;
@@ -105,6 +106,18 @@ impl HostCalls for PolicyHost {
             ));
         }
         match namespace {
+            // Not subject to contextAwareResources, as in policy-server.
+            "kubernetes" if operation == "can_i" => {
+                let Some(cluster) = &self.cluster else {
+                    return Err(
+                        "cannot serve kubernetes/can_i: this host has no Kubernetes cluster"
+                            .to_owned(),
+                    );
+                };
+                let request: Value = serde_json::from_slice(payload)
+                    .map_err(|e| format!("cannot read the can_i request: {e}"))?;
+                serde_json::to_vec(&cluster.can_i(&request)?).map_err(|e| e.to_string())
+            }
             "kubernetes" if KUBERNETES_READS.contains(&operation) => {
                 let asked: ResourceRequest = serde_json::from_slice(payload)
                     .map_err(|e| format!("cannot read the {operation} request: {e}"))?;

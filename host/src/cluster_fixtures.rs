@@ -86,6 +86,11 @@ pub trait ClusterReads: Send + Sync + std::fmt::Debug {
     fn list(&self, request: &ListRequest) -> Result<Value, String>;
     /// One object; the API server's NotFound text when there is none.
     fn get(&self, request: &GetRequest) -> Result<Value, String>;
+    /// `kubernetes/can_i`: the `SubjectAccessReviewStatus` for the payload's
+    /// `subject_access_review`. Only a live cluster can answer.
+    fn can_i(&self, _request: &Value) -> Result<Value, String> {
+        Err("cannot serve kubernetes/can_i: this host has no live Kubernetes cluster".to_owned())
+    }
 }
 
 fn of_kind<'a>(

@@ -9,7 +9,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Config};
@@ -23,6 +24,7 @@ type Snapshot = Arc<RwLock<Arc<Vec<Value>>>>;
 /// Watch caches of a cluster. Dropping it stops the watches.
 pub struct LiveCluster {
     snapshots: BTreeMap<(String, String), Snapshot>,
+    client: Client,
     /// The watches run here, apart from the server's runtime.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -66,7 +68,7 @@ impl LiveCluster {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the watch runtime: {e}"))?;
-        let snapshots = runtime.block_on(async {
+        let (client, snapshots) = runtime.block_on(async {
             let client = client(credentials).await?;
             let mut snapshots = BTreeMap::new();
             let mut readers = Vec::new();
@@ -94,10 +96,11 @@ impl LiveCluster {
                         format!("the watch of {} {} stopped", kind.api_version, kind.kind)
                     })?;
             }
-            Ok::<_, String>(snapshots)
+            Ok::<_, String>((client, snapshots))
         })?;
         Ok(Self {
             snapshots,
+            client,
             runtime: Some(runtime),
         })
     }
@@ -128,6 +131,51 @@ impl ClusterReads for LiveCluster {
             request,
         )
     }
+
+    /// A SubjectAccessReview, asked of the API server each time (answers
+    /// follow RBAC as it changes).
+    fn can_i(&self, request: &Value) -> Result<Value, String> {
+        let review = review_from(request)?;
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| "the watch runtime has stopped".to_owned())?;
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        // Host calls run on blocking threads, where waiting is allowed.
+        let answer = runtime
+            .handle()
+            .block_on(api.create(&PostParams::default(), &review))
+            .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+        serde_json::to_value(answer.status.unwrap_or_default()).map_err(|e| e.to_string())
+    }
+}
+
+/// The SDK's `can_i` payload (snake_case) as a SubjectAccessReview.
+fn review_from(request: &Value) -> Result<SubjectAccessReview, String> {
+    let asked = &request["subject_access_review"];
+    if !asked.is_object() {
+        return Err("the can_i request has no subject_access_review".to_owned());
+    }
+    let attributes = &asked["resource_attributes"];
+    let field = |name: &str| attributes[name].as_str().map(str::to_owned);
+    let review = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": asked["user"],
+            "groups": asked["groups"],
+            "resourceAttributes": {
+                "group": field("group"),
+                "name": field("name"),
+                "namespace": field("namespace"),
+                "resource": field("resource"),
+                "subresource": field("subresource"),
+                "verb": field("verb"),
+                "version": field("version"),
+            },
+        },
+    });
+    serde_json::from_value(review).map_err(|e| format!("cannot read the can_i request: {e}"))
 }
 
 async fn client(credentials: Credentials<'_>) -> Result<Client, String> {

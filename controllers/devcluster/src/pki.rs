@@ -122,6 +122,28 @@ impl Pki {
             key_pem: key.serialize_pem(),
         })
     }
+
+    /// A client certificate for this user name (the common name) in this
+    /// group (the organization; rcgen keeps one value per name part), signed by the cluster's CA: the
+    /// apiserver authenticates it as that user (the real node's kubelet is
+    /// `system:node:<name>` in `system:nodes`).
+    pub fn issue_client(&self, user: &str, group: &str) -> Result<ServingCert, String> {
+        let key = KeyPair::generate().map_err(|e| format!("cannot generate a key: {e}"))?;
+        let mut params = CertificateParams::new(Vec::<String>::new())
+            .map_err(|e| format!("bad client certificate for {user}: {e}"))?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| format!("cannot sign a client certificate for {user}: {e}"))?;
+        Ok(ServingCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
 }
 
 /// A token derived from fresh, never-written key material: as unguessable

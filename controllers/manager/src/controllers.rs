@@ -14,8 +14,14 @@ impl Controllers {
         let tasks = vec![
             tokio::spawn(kruise_cloneset_controller::run(client.clone())),
             tokio::spawn(kruise_resourcedistribution_controller::run(client.clone())),
+            tokio::spawn(kruise_sidecarset_controller::run(client.clone())),
         ];
         Self { tasks }
+    }
+
+    /// No controllers at all.
+    pub fn none() -> Self {
+        Self { tasks: Vec::new() }
     }
 
     pub fn stop(&mut self) {

@@ -28,6 +28,9 @@ pub struct DevOptions {
     /// Keep keys, logs and the kubeconfig here (default: a temporary
     /// directory removed on stop).
     pub work_dir: Option<PathBuf>,
+    /// Run the controllers (tests of one controller start their own, to
+    /// stop and restart it).
+    pub run_controllers: bool,
 }
 
 impl Default for DevOptions {
@@ -35,6 +38,7 @@ impl Default for DevOptions {
         Self {
             sim_nodes: 3,
             work_dir: None,
+            run_controllers: true,
         }
     }
 }
@@ -77,7 +81,11 @@ impl DevEnvironment {
             webhook_url,
             nodes,
             webhook: Some(webhook),
-            controllers: Controllers::start(&client),
+            controllers: if options.run_controllers {
+                Controllers::start(&client)
+            } else {
+                Controllers::none()
+            },
             _runtime: runtime,
             cluster,
         };

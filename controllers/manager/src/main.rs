@@ -56,6 +56,7 @@ async fn main() -> ExitCode {
             dev(DevOptions {
                 sim_nodes,
                 work_dir,
+                run_controllers: true,
             })
             .await
         }

@@ -1,0 +1,342 @@
+//! The writes of a round, exactly as the planner returned them.
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kruise_api::SidecarSet;
+use kruise_api::sidecarset::SidecarSetStatus;
+use kruise_core::sidecarset::update::{
+    CUSTOM_VERSION_LABEL, ChangeKind, ConditionChange, EVENT_RESET_CONTAINER_FAILED,
+    EVENT_RESET_CONTAINER_SUCCEED, PodChange, PodKey, REVISION_OWNER_LABEL, RevisionWrite,
+    UpdatePlan, plan_revisions,
+};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Client, Resource};
+use serde_json::{Value, json};
+
+use crate::{CONTROLLER_NAME, Context, Error, REVISION_NAMESPACE, ensure_revision_namespace};
+
+/// How many times a revision create may collide before the round fails.
+const REVISION_ATTEMPTS: usize = 5;
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CONTROLLER_NAME.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
+fn code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// Spec 02 §6: make the latest revision exist (create, or bump an older
+/// equal one), label it with the custom version, delete what the history
+/// limit drops. Returns its name and the collision count.
+pub(crate) async fn sync_revisions(
+    client: &Client,
+    sidecar_set: &SidecarSet,
+    matched: &[&Pod],
+) -> Result<(String, i32), Error> {
+    let name = sidecar_set.metadata.name.clone().unwrap_or_default();
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), REVISION_NAMESPACE);
+    let owned = ListParams::default().labels(&format!("{REVISION_OWNER_LABEL}={name}"));
+    let mut existing = api.list(&owned).await?.items;
+    for _ in 0..REVISION_ATTEMPTS {
+        let plan = plan_revisions(sidecar_set, &existing, matched, REVISION_NAMESPACE);
+        let latest = plan.latest.metadata.name.clone().unwrap_or_default();
+        match &plan.write {
+            RevisionWrite::None => {}
+            RevisionWrite::Bump { name, revision } => {
+                api.patch(
+                    name,
+                    &params(),
+                    &Patch::Merge(json!({ "revision": revision })),
+                )
+                .await?;
+                tracing::info!(sidecar_set = %sidecar_set_name(sidecar_set), revision = %name, "rolled back to an earlier revision");
+            }
+            RevisionWrite::Create(revision) => {
+                match api.create(&PostParams::default(), revision).await {
+                    Ok(_) => {
+                        tracing::info!(sidecar_set = %sidecar_set_name(sidecar_set), revision = %latest, "created revision");
+                    }
+                    Err(error) if code(&error) == Some(409) => {
+                        // Someone holds the name: plan again knowing it.
+                        let found = api.get(&latest).await?;
+                        existing.retain(|r| r.metadata.name != found.metadata.name);
+                        existing.push(found);
+                        continue;
+                    }
+                    Err(error) if code(&error) == Some(404) => {
+                        ensure_revision_namespace(client).await?;
+                        continue;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+        }
+        if let Some(version) = &plan.custom_version_label {
+            let labels = json!({ "metadata": { "labels": { CUSTOM_VERSION_LABEL: version } } });
+            api.patch(&latest, &params(), &Patch::Merge(labels)).await?;
+        }
+        for old in &plan.delete {
+            match api.delete(old, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(error) if code(&error) == Some(404) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if let Some(message) = &plan.truncate_error {
+            tracing::error!(sidecar_set = %sidecar_set_name(sidecar_set), "{message}");
+        }
+        return Ok((latest, plan.collision_count));
+    }
+    Err(Error::RevisionCollision(name))
+}
+
+fn sidecar_set_name(sidecar_set: &SidecarSet) -> &str {
+    sidecar_set.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The status as a merge patch: every field is written, absent optional
+/// ones as `null`, so nothing stale survives (a zero `updatedReadyPods`
+/// is not serialised by the type).
+pub(crate) fn status_patch(status: &SidecarSetStatus) -> Value {
+    json!({
+        "status": {
+            "observedGeneration": status.observed_generation,
+            "matchedPods": status.matched_pods,
+            "updatedPods": status.updated_pods,
+            "readyPods": status.ready_pods,
+            "updatedReadyPods": status.updated_ready_pods,
+            "latestRevision": status.latest_revision,
+            "collisionCount": status.collision_count,
+        }
+    })
+}
+
+pub(crate) async fn write_status(
+    client: &Client,
+    name: &str,
+    status: &SidecarSetStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<SidecarSet> = Api::all(client.clone());
+    api.patch_status(name, &params(), &Patch::Merge(status_patch(status)))
+        .await?;
+    Ok(())
+}
+
+/// What the pod writes of a round came to.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Pods whose change was written.
+    pub written: Vec<PodKey>,
+    /// Changes refused because the pod moved since it was read.
+    pub conflicts: usize,
+    /// Changes that failed otherwise (`failures` keeps the first few).
+    pub failed: usize,
+    pub failures: Vec<kube::Error>,
+}
+
+/// Status, events, `SidecarSetUpgradable` conditions, then the pod changes
+/// in order. Only the status write failing stops the round early; a pod
+/// write failing does not stop the others (each was allowed on its own).
+pub(crate) async fn execute(
+    context: &Context,
+    sidecar_set: &SidecarSet,
+    pods: &[Pod],
+    plan: &UpdatePlan,
+) -> Result<Outcome, Error> {
+    let client = &context.client;
+    let name = sidecar_set_name(sidecar_set);
+    if plan.status_changed {
+        write_status(client, name, &plan.status).await?;
+    }
+    let reference = sidecar_set.object_ref(&());
+    for event in &plan.events {
+        let event_type = if event.type_ == "Warning" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(
+            context,
+            &reference,
+            event_type,
+            event.reason,
+            event.message.clone(),
+        )
+        .await;
+    }
+    for change in &plan.condition_changes {
+        if let Err(error) = patch_condition(client, &change.pod, change.status_patch()).await {
+            tracing::warn!(sidecar_set = %name, pod = ?change.pod, %error, "cannot set the SidecarSetUpgradable condition");
+        }
+    }
+
+    let mut outcome = Outcome::default();
+    for change in &plan.pod_changes {
+        let result = patch_pod(client, change).await;
+        let pod_reference = pod_reference(pods, &change.pod);
+        match result {
+            Ok(()) => {
+                tracing::info!(sidecar_set = %name, pod = ?change.pod, kind = ?change.kind, images = ?change.images, "pod updated");
+                outcome.written.push(change.pod.clone());
+                if let Some(condition) = &change.upgradable_condition {
+                    let patch = ConditionChange {
+                        pod: change.pod.clone(),
+                        condition: condition.clone(),
+                    }
+                    .status_patch();
+                    if let Err(error) = patch_condition(client, &change.pod, patch).await {
+                        tracing::warn!(sidecar_set = %name, pod = ?change.pod, %error, "cannot set the SidecarSetUpgradable condition");
+                    }
+                }
+                if change.kind == ChangeKind::ResetHotUpgrade {
+                    let note = format!(
+                        "reset sidecar container image {} to the empty image",
+                        change.images.keys().cloned().collect::<Vec<_>>().join(",")
+                    );
+                    publish(
+                        context,
+                        &pod_reference,
+                        EventType::Normal,
+                        EVENT_RESET_CONTAINER_SUCCEED,
+                        note,
+                    )
+                    .await;
+                }
+            }
+            Err(error) if code(&error) == Some(409) => {
+                tracing::info!(sidecar_set = %name, pod = ?change.pod, "pod changed since it was read; planning again");
+                outcome.conflicts += 1;
+            }
+            Err(error) if code(&error) == Some(404) => {
+                tracing::debug!(sidecar_set = %name, pod = ?change.pod, "pod is gone");
+            }
+            Err(error) => {
+                tracing::warn!(sidecar_set = %name, pod = ?change.pod, %error, "cannot update pod");
+                if change.kind == ChangeKind::ResetHotUpgrade {
+                    publish(
+                        context,
+                        &pod_reference,
+                        EventType::Warning,
+                        EVENT_RESET_CONTAINER_FAILED,
+                        format!("failed to reset the old sidecar container: {error}"),
+                    )
+                    .await;
+                }
+                outcome.failed += 1;
+                if outcome.failures.is_empty() {
+                    outcome.failures.push(error);
+                }
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+async fn patch_pod(client: &Client, change: &PodChange) -> Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &change.pod.namespace);
+    api.patch(
+        &change.pod.name,
+        &params(),
+        &Patch::Strategic(change.strategic_merge_patch()),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn patch_condition(client: &Client, pod: &PodKey, patch: Value) -> Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    api.patch_status(&pod.name, &params(), &Patch::Strategic(patch))
+        .await?;
+    Ok(())
+}
+
+fn pod_reference(pods: &[Pod], key: &PodKey) -> ObjectReference {
+    let uid = pods
+        .iter()
+        .find(|p| PodKey::of(p) == *key)
+        .and_then(|p| p.metadata.uid.clone());
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(key.name.clone()),
+        namespace: Some(key.namespace.clone()),
+        uid,
+        ..ObjectReference::default()
+    }
+}
+
+/// Events are best effort: a failure is logged, never fails the round.
+async fn publish(
+    context: &Context,
+    reference: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Update".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = context.recorder.publish(&event, reference).await {
+        tracing::warn!(reason, %error, "cannot record event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_status_patch_writes_every_field() {
+        let status = SidecarSetStatus {
+            observed_generation: Some(3),
+            matched_pods: 4,
+            updated_pods: 1,
+            ready_pods: 3,
+            updated_ready_pods: 0,
+            latest_revision: None,
+            collision_count: Some(0),
+        };
+        assert_eq!(
+            status_patch(&status),
+            json!({"status": {
+                "observedGeneration": 3, "matchedPods": 4, "updatedPods": 1,
+                "readyPods": 3, "updatedReadyPods": 0, "latestRevision": null,
+                "collisionCount": 0,
+            }})
+        );
+    }
+
+    #[test]
+    fn pod_references_carry_the_uid_when_known() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+        }))
+        .unwrap();
+        let key = PodKey {
+            namespace: "ns".to_owned(),
+            name: "p".to_owned(),
+        };
+        let reference = pod_reference(std::slice::from_ref(&pod), &key);
+        assert_eq!(reference.uid.as_deref(), Some("u-1"));
+        assert_eq!(reference.kind.as_deref(), Some("Pod"));
+        let unknown = PodKey {
+            namespace: "ns".to_owned(),
+            name: "q".to_owned(),
+        };
+        assert_eq!(pod_reference(&[pod], &unknown).uid, None);
+    }
+}

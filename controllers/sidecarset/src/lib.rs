@@ -1,0 +1,190 @@
+//! The SidecarSet controller (spec 02): upgrades the sidecars of pods that a
+//! SidecarSet injected, in place (image-only changes) or hot (the `-1`/`-2`
+//! twins), under the SidecarSet's rolling budget, canary selector, partition
+//! and pause, and keeps the SidecarSet's status and ControllerRevisions.
+//!
+//! Every decision is made by the pure planner in
+//! [`kruise_core::sidecarset::update`]; this crate reads the cluster, calls
+//! [`plan_revisions`](kruise_core::sidecarset::update::plan_revisions) and
+//! [`plan_update`](kruise_core::sidecarset::update::plan_update), and
+//! performs what they return:
+//!
+//! * ControllerRevisions in [`REVISION_NAMESPACE`] (created, bumped,
+//!   relabelled, truncated);
+//! * the SidecarSet status through the status subresource;
+//! * one strategic-merge PATCH per pod carrying the pod's
+//!   `resourceVersion` (a 409 conflict means the pod moved: plan again a
+//!   second later), then the pod's `SidecarSetUpgradable` condition through
+//!   `pods/status`;
+//! * events (`NotUpgradablePods` on the SidecarSet, `ResetContainerSucceed`
+//!   / `ResetContainerFailed` on hot-upgraded pods).
+//!
+//! Pods are listed from the API server at the start of every round (so a
+//! round always sees at least the state that triggered it); the planner's
+//! expectations are still kept in memory and handed back, as it asks.
+//!
+//! Differences from OpenKruise's controller:
+//! * A pod event that the core schedules with a delay
+//!   ([`pod_update_enqueue`](kruise_core::sidecarset::update::pod_update_enqueue)
+//!   returning 5 s) reconciles at once: pods are read fresh from the API
+//!   server, so kubelet's status is never missed.
+//! * While a rollout is unfinished the SidecarSet is also reconciled every
+//!   [`RESYNC_SECONDS`], as a safety net for missed pod events.
+//! * The SidecarSet hashes are those the injection webhook uses: the stored
+//!   annotations when a SidecarSet webhook stamped them, else computed from
+//!   the spec ([`prepare_stored`](kruise_core::sidecarset::prepare_stored)).
+//! * With no SidecarSet mutating webhook in front of the API server, the
+//!   controller stores the defaulted spec itself, once per user change (see
+//!   the `defaults` module): otherwise an image-only patch such as
+//!   `busybox` → `busybox:1.35.0` would re-default `imagePullPolicy` and
+//!   read as a change that is not image-only.
+
+mod defaults;
+mod execute;
+mod expectations;
+mod reconcile;
+mod triggers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_api::SidecarSet;
+use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+
+/// Where the SidecarSets' ControllerRevisions live (Kruise's namespace; the
+/// injection webhook reads historical revisions from here too).
+pub const REVISION_NAMESPACE: &str = "kruise-system";
+/// The field manager of every write and the reporting controller of events.
+pub const CONTROLLER_NAME: &str = "kruise-sidecarset-controller";
+/// Reconcile an unfinished rollout at least this often.
+pub const RESYNC_SECONDS: u64 = 30;
+
+/// A reconcile round that failed; the SidecarSet is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Plan(#[from] UpdateError),
+    #[error("SidecarSet {0}: the revision name keeps colliding with other revisions")]
+    RevisionCollision(String),
+    #[error("SidecarSet {sidecar_set}: {failed} pod write(s) failed, first: {first}")]
+    PodWrites {
+        sidecar_set: String,
+        failed: usize,
+        first: kube::Error,
+    },
+}
+
+/// Shared state of the controller's reconciles.
+pub(crate) struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub expectations: expectations::Expectations,
+    pub defaulted: defaults::Defaulted,
+    pub backoff: expectations::Backoff,
+}
+
+/// Runs the SidecarSet controller until the watches end (they do not, short
+/// of the process stopping): reconciles every SidecarSet on its own
+/// changes, on pod events that concern it (through the core's
+/// `sidecar_sets_of_pod` / `pod_update_enqueue`) and on changes of its
+/// ControllerRevisions in [`REVISION_NAMESPACE`] (created if missing).
+pub async fn run(client: Client) {
+    if let Err(error) = ensure_revision_namespace(&client).await {
+        tracing::warn!(%error, "cannot ensure namespace {REVISION_NAMESPACE}; retrying when a revision is written");
+    }
+    let context = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance: None,
+            },
+        ),
+        expectations: expectations::Expectations::default(),
+        defaulted: defaults::Defaulted::default(),
+        backoff: expectations::Backoff::default(),
+    });
+    let controller = Controller::new(
+        Api::<SidecarSet>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let pod_triggers = triggers::PodTriggers::new(controller.store());
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), REVISION_NAMESPACE);
+    controller
+        .watches(
+            Api::<Pod>::all(client),
+            watcher::Config::default(),
+            move |pod| pod_triggers.triggers(&pod),
+        )
+        .watches(
+            revisions,
+            watcher::Config::default().labels(REVISION_OWNER_LABEL),
+            |revision: ControllerRevision| {
+                revision
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(REVISION_OWNER_LABEL))
+                    .map(|name| ObjectRef::<SidecarSet>::new(name))
+            },
+        )
+        .run(reconcile::reconcile, error_policy, context.clone())
+        .for_each(|result| {
+            match result {
+                // Failures are already logged by `error_policy`.
+                Ok(_) | Err(ControllerError::ReconcilerFailed(..)) => {}
+                // A SidecarSet deleted while queued: nothing left to wait for.
+                Err(ControllerError::ObjectNotFound(reference)) => {
+                    context.expectations.forget(&reference.name);
+                }
+                Err(error) => tracing::warn!(%error, "SidecarSet controller"),
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+// The signature is the one `Controller::run` calls.
+#[allow(clippy::needless_pass_by_value)]
+fn error_policy(sidecar_set: Arc<SidecarSet>, error: &Error, context: Arc<Context>) -> Action {
+    let name = sidecar_set.metadata.name.clone().unwrap_or_default();
+    let delay = context.backoff.next_delay(&name);
+    tracing::warn!(sidecar_set = %name, %error, retry_in = ?delay, "SidecarSet reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Creates [`REVISION_NAMESPACE`] unless it exists.
+pub(crate) async fn ensure_revision_namespace(client: &Client) -> Result<(), kube::Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(REVISION_NAMESPACE).await?.is_some() {
+        return Ok(());
+    }
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(REVISION_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match namespaces.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+pub(crate) fn seconds(n: u64) -> Duration {
+    Duration::from_secs(n)
+}

@@ -1,0 +1,218 @@
+//! One reconcile round: read the cluster, plan with the core, execute.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::SidecarSet;
+use kruise_core::sidecarset::prepare_stored;
+use kruise_core::sidecarset::update::{
+    Stage, UpdateInput, UpdatePlan, compute_status, matching_pods, plan_update,
+};
+use kube::api::ListParams;
+use kube::core::Selector;
+use kube::runtime::controller::Action;
+use kube::{Api, Client};
+
+use crate::defaults::Persisted;
+use crate::execute;
+use crate::{Context, Error, RESYNC_SECONDS, seconds};
+
+pub(crate) async fn reconcile(
+    set: Arc<SidecarSet>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = set.metadata.name.clone().unwrap_or_default();
+    if set.metadata.deletion_timestamp.is_some() {
+        context.expectations.forget(&name);
+        return Ok(Action::await_change());
+    }
+    let action = reconcile_once(&set, &context).await?;
+    context.backoff.reset(&name);
+    Ok(action)
+}
+
+/// Reads the pods (and, for a `namespaceSelector`, the namespaces), syncs
+/// the revisions, plans the round and executes it.
+pub(crate) async fn reconcile_once(
+    stored: &SidecarSet,
+    context: &Context,
+) -> Result<Action, Error> {
+    let client = &context.client;
+    match context.defaulted.persist(client, stored).await {
+        Ok(Persisted::Written) => return Ok(Action::await_change()),
+        Ok(Persisted::Unchanged) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Ok(Action::requeue(seconds(1)));
+        }
+        Err(error) => return Err(error.into()),
+    }
+    // Defaulted and hashed as the injection webhook sees it.
+    let sidecar_set = prepare_stored(stored.clone());
+    let name = sidecar_set.metadata.name.clone().unwrap_or_default();
+    let pods = list_pods(client, &sidecar_set).await?;
+    let namespace_labels = namespace_labels(client, &sidecar_set).await?;
+    let matched = matching_pods(&sidecar_set, &pods, &namespace_labels)?;
+    let (latest_revision, collision_count) =
+        execute::sync_revisions(client, &sidecar_set, &matched).await?;
+
+    let expectations = context.expectations.current(&name);
+    let input = UpdateInput {
+        sidecar_set: &sidecar_set,
+        pods: &pods,
+        namespace_labels: &namespace_labels,
+        latest_revision: &latest_revision,
+        collision_count: Some(collision_count),
+        expectations: &expectations,
+        now: Timestamp::now(),
+    };
+    let plan = match plan_update(&input) {
+        Ok(plan) => plan,
+        Err(error) => {
+            // An invalid strategy: the status can still be told.
+            let status = compute_status(
+                &sidecar_set,
+                &matched,
+                &latest_revision,
+                Some(collision_count),
+            );
+            if sidecar_set.status.as_ref() != Some(&status) {
+                execute::write_status(client, &name, &status).await?;
+            }
+            return Err(error.into());
+        }
+    };
+    tracing::debug!(
+        sidecar_set = %name,
+        stage = ?plan.stage,
+        matched = plan.status.matched_pods,
+        updated = plan.status.updated_pods,
+        ready = plan.status.ready_pods,
+        writes = plan.pod_changes.len(),
+        not_upgradable = plan.not_upgradable.len(),
+        "planned"
+    );
+    let outcome = execute::execute(context, &sidecar_set, &pods, &plan).await?;
+    context.expectations.record(&name, &plan, &outcome.written);
+    if let Some(first) = outcome.failures.into_iter().next() {
+        return Err(Error::PodWrites {
+            sidecar_set: name,
+            failed: outcome.failed,
+            first,
+        });
+    }
+    Ok(next_action(&plan, outcome.conflicts))
+}
+
+/// A conflict re-plans in a second; otherwise the planner's requeue, and an
+/// unfinished rollout is looked at again every [`RESYNC_SECONDS`].
+fn next_action(plan: &UpdatePlan, conflicts: usize) -> Action {
+    if conflicts > 0 {
+        return Action::requeue(seconds(1));
+    }
+    if let Some(after) = plan.requeue_after_seconds {
+        return Action::requeue(seconds(u64::from(after)));
+    }
+    match plan.stage {
+        Stage::Upgrade | Stage::ResetHotUpgrade | Stage::WaitForCache => {
+            Action::requeue(seconds(RESYNC_SECONDS))
+        }
+        Stage::Finished | Stage::NotUpdate | Stage::Paused => Action::await_change(),
+    }
+}
+
+/// The pods the SidecarSet could match: its namespace (or all), narrowed by
+/// its selector when the API server can express it (the planner matches
+/// exactly either way).
+async fn list_pods(client: &Client, sidecar_set: &SidecarSet) -> Result<Vec<Pod>, kube::Error> {
+    let api: Api<Pod> = match sidecar_set
+        .spec
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty())
+    {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let mut params = ListParams::default();
+    if let Some(selector) = sidecar_set
+        .spec
+        .selector
+        .clone()
+        .and_then(|s| Selector::try_from(s).ok())
+    {
+        params = params.labels_from(&selector);
+    }
+    Ok(api.list(&params).await?.items)
+}
+
+async fn namespace_labels(
+    client: &Client,
+    sidecar_set: &SidecarSet,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, kube::Error> {
+    if sidecar_set.spec.namespace_selector.is_none() {
+        return Ok(BTreeMap::new());
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    Ok(namespaces
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|ns| {
+            (
+                ns.metadata.name.unwrap_or_default(),
+                ns.metadata.labels.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use kruise_api::sidecarset::SidecarSetStatus;
+    use std::time::Duration;
+
+    fn plan(stage: Stage, requeue: Option<u32>) -> UpdatePlan {
+        UpdatePlan {
+            status: SidecarSetStatus::default(),
+            status_changed: false,
+            stage,
+            pod_changes: Vec::new(),
+            not_upgradable: Vec::new(),
+            condition_changes: Vec::new(),
+            events: Vec::new(),
+            expectations: Vec::new(),
+            requeue_after_seconds: requeue,
+        }
+    }
+
+    #[test]
+    fn requeues_follow_the_plan() {
+        let none = 0;
+        assert_eq!(
+            next_action(&plan(Stage::WaitForCache, Some(1)), none),
+            Action::requeue(Duration::from_secs(1))
+        );
+        assert_eq!(
+            next_action(&plan(Stage::Finished, None), none),
+            Action::await_change()
+        );
+        assert_eq!(
+            next_action(&plan(Stage::Paused, None), none),
+            Action::await_change()
+        );
+        assert_eq!(
+            next_action(&plan(Stage::Upgrade, None), none),
+            Action::requeue(Duration::from_secs(RESYNC_SECONDS))
+        );
+        assert_eq!(
+            next_action(&plan(Stage::Finished, None), 2),
+            Action::requeue(Duration::from_secs(1))
+        );
+    }
+}

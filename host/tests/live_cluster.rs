@@ -1,0 +1,138 @@
+//! The Kubernetes host capabilities served from watch caches of a real API
+//! server (the dev cluster): lists and gets follow the cluster within
+//! moments, unwatched kinds are refused, can_i asks the API server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use kruise_api::SidecarSet;
+use kruise_devcluster::{DevCluster, Options};
+use kruise_wasm_host::capabilities::ContextAwareResource;
+use kruise_wasm_host::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
+use kruise_wasm_host::live_cluster::{Credentials, LiveCluster};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+fn sidecar_set(name: &str) -> SidecarSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "SidecarSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "containers": [{"name": "sidecar1", "image": "busybox"}],
+        },
+    }))
+    .unwrap()
+}
+
+fn kind(api_version: &str, kind: &str) -> ContextAwareResource {
+    serde_json::from_value(json!({"apiVersion": api_version, "kind": kind})).unwrap()
+}
+
+fn list_sidecar_sets(live: &LiveCluster) -> Vec<String> {
+    let request = ListRequest {
+        api_version: "apps.kruise.io/v1alpha1".to_owned(),
+        kind: "SidecarSet".to_owned(),
+        namespace: None,
+        label_selector: None,
+        field_selector: None,
+    };
+    let list = live.list(&request).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            assert_eq!(item["kind"], "SidecarSet", "items carry their kind");
+            item["metadata"]["name"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let cluster = runtime
+        .block_on(DevCluster::start(Options::default()))
+        .unwrap();
+    let client = cluster.client();
+    runtime
+        .block_on(kruise_devcluster::crds::install(&client))
+        .unwrap();
+    let sets: Api<SidecarSet> = Api::all(client.clone());
+    runtime
+        .block_on(sets.create(&PostParams::default(), &sidecar_set("first")))
+        .unwrap();
+
+    let live = LiveCluster::connect(
+        Credentials::Kubeconfig(&cluster.kubeconfig),
+        &[
+            kind("apps.kruise.io/v1alpha1", "SidecarSet"),
+            kind("v1", "Namespace"),
+        ],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert_eq!(list_sidecar_sets(&live), ["first"], "synced before serving");
+
+    let namespace = live
+        .get(&GetRequest {
+            api_version: "v1".to_owned(),
+            kind: "Namespace".to_owned(),
+            name: "default".to_owned(),
+            namespace: None,
+        })
+        .unwrap();
+    assert_eq!(namespace["metadata"]["name"], "default");
+
+    runtime
+        .block_on(sets.create(&PostParams::default(), &sidecar_set("second")))
+        .unwrap();
+    eventually("the new SidecarSet is served", || {
+        list_sidecar_sets(&live) == ["first", "second"]
+    });
+    runtime
+        .block_on(sets.delete("first", &DeleteParams::default()))
+        .unwrap();
+    eventually("the deleted SidecarSet is gone", || {
+        list_sidecar_sets(&live) == ["second"]
+    });
+
+    let unwatched = live.get(&GetRequest {
+        api_version: "v1".to_owned(),
+        kind: "Secret".to_owned(),
+        name: "x".to_owned(),
+        namespace: Some("default".to_owned()),
+    });
+    assert!(unwatched.unwrap_err().contains("not watched"));
+
+    let can_i = |user: &str, groups: Value| {
+        live.can_i(&json!({
+            "subject_access_review": {
+                "user": user,
+                "groups": groups,
+                "resource_attributes": {"verb": "list", "resource": "pods", "namespace": "default"},
+            },
+            "disable_cache": true,
+        }))
+        .unwrap()
+    };
+    assert_eq!(can_i("admin", json!(["system:masters"]))["allowed"], true);
+    assert_eq!(can_i("nobody", Value::Null)["allowed"], false);
+    assert!(
+        live.can_i(&json!({}))
+            .unwrap_err()
+            .contains("subject_access_review")
+    );
+}
