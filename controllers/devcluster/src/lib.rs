@@ -14,6 +14,7 @@ pub mod crds;
 mod pki;
 mod ports;
 mod process;
+pub mod realnode;
 pub mod simnode;
 
 pub use binaries::{Binaries, BuildError};

@@ -2,6 +2,7 @@
 //! file, watched for early exits, and killed on stop or drop.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -24,6 +25,9 @@ impl Component {
         let err = out.try_clone()?;
         let child = Command::new(program)
             .args(args)
+            // A group of its own: Ctrl-C in the terminal reaches only the
+            // launcher, which stops the components in order.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

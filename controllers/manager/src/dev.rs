@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_core::launch_priority::BARRIER_ENV;
+use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET, VALIDATE_RESOURCEDISTRIBUTION};
@@ -31,6 +32,9 @@ pub struct DevOptions {
     /// Run the controllers (tests of one controller start their own, to
     /// stop and restart it).
     pub run_controllers: bool,
+    /// Also join a real node: kubelet on containerd (see
+    /// controllers/devcluster/REAL-NODE.md); its pods need hostNetwork.
+    pub real_node: bool,
 }
 
 impl Default for DevOptions {
@@ -39,6 +43,7 @@ impl Default for DevOptions {
             sim_nodes: 3,
             work_dir: None,
             run_controllers: true,
+            real_node: false,
         }
     }
 }
@@ -48,6 +53,7 @@ impl Default for DevOptions {
 pub struct DevEnvironment {
     pub webhook_url: String,
     pub nodes: SimNodes,
+    pub real_node: Option<RealNode>,
     webhook: Option<RunningServer>,
     controllers: Controllers,
     /// The wasm runtime the host's policies run on (its epoch ticker
@@ -69,6 +75,15 @@ impl DevEnvironment {
             .await
             .map_err(|e| format!("cannot register the simulated nodes: {e}"))?;
 
+        let real_node = if options.real_node {
+            Some(
+                RealNode::start(&cluster)
+                    .await
+                    .map_err(|e| format!("cannot join the real node: {e}"))?,
+            )
+        } else {
+            None
+        };
         let files = write_host_files(&cluster)?;
         let kubeconfig = cluster.kubeconfig.clone();
         let (runtime, webhook) =
@@ -80,6 +95,7 @@ impl DevEnvironment {
         let environment = Self {
             webhook_url,
             nodes,
+            real_node,
             webhook: Some(webhook),
             controllers: if options.run_controllers {
                 Controllers::start(&client)
@@ -109,7 +125,19 @@ impl DevEnvironment {
         &self.cluster.kubeconfig
     }
 
-    /// Stops the host, the simulated nodes and the control plane.
+    /// Stops the real node (kubelet, containers, containerd, registry),
+    /// then everything else.
+    pub async fn shutdown(mut self) {
+        if let Some(mut node) = self.real_node.take() {
+            for leftover in node.stop().await {
+                tracing::warn!(%leftover, "real node teardown");
+            }
+        }
+        self.stop();
+    }
+
+    /// Stops the host, the simulated nodes and the control plane (a real
+    /// node still running is stopped when dropped).
     pub fn stop(&mut self) {
         self.controllers.stop();
         if let Some(webhook) = self.webhook.take() {

@@ -34,6 +34,10 @@ enum Command {
         /// Keep keys, logs and the kubeconfig in this directory.
         #[arg(long)]
         work_dir: Option<PathBuf>,
+        /// Also join a real node: kubelet on containerd from Debian's
+        /// packages (pods on it need hostNetwork: true).
+        #[arg(long)]
+        real_node: bool,
     },
 }
 
@@ -52,11 +56,13 @@ async fn main() -> ExitCode {
         Command::Dev {
             sim_nodes,
             work_dir,
+            real_node,
         } => {
             dev(DevOptions {
                 sim_nodes,
                 work_dir,
                 run_controllers: true,
+                real_node,
             })
             .await
         }
@@ -71,7 +77,7 @@ async fn main() -> ExitCode {
 }
 
 async fn dev(options: DevOptions) -> Result<(), String> {
-    let mut environment = DevEnvironment::start(options).await?;
+    let environment = DevEnvironment::start(options).await?;
     let kubeconfig = environment.kubeconfig().display().to_string();
     println!(
         "The dev cluster is up: {} with {} simulated nodes; the pod webhook is served by our host at {}.\n\n\
@@ -86,7 +92,7 @@ async fn dev(options: DevOptions) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
     eprintln!("stopping");
-    environment.stop();
+    environment.shutdown().await;
     Ok(())
 }
 

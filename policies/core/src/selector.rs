@@ -258,19 +258,24 @@ fn is_label_token(text: &str) -> bool {
     }
 }
 
-fn is_dns_subdomain(text: &str) -> bool {
-    text.split('.').all(|label| {
-        let bytes = label.as_bytes();
-        let lower_alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        match (bytes.first(), bytes.last()) {
-            (Some(first), Some(last)) => {
-                lower_alnum(first)
-                    && lower_alnum(last)
-                    && bytes.iter().all(|b| lower_alnum(b) || *b == b'-')
-            }
-            _ => false,
+/// DNS-1123 subdomain syntax (no length check): labels separated by '.'.
+pub(crate) fn is_dns_subdomain(text: &str) -> bool {
+    text.split('.').all(is_dns_label)
+}
+
+/// DNS-1123 label syntax (no length check): lowercase alphanumerics and '-',
+/// starting and ending with an alphanumeric.
+pub(crate) fn is_dns_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    let lower_alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            lower_alnum(first)
+                && lower_alnum(last)
+                && bytes.iter().all(|b| lower_alnum(b) || *b == b'-')
         }
-    })
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! Kubernetes name syntax, with apimachinery's messages.
 
+use crate::selector::{is_dns_label, is_dns_subdomain};
+
 /// A DNS-1123 label (namespace names): at most 63 characters, lowercase
 /// alphanumerics and '-', starting and ending with an alphanumeric.
 pub(super) fn dns_label_error(name: &str) -> Option<String> {
     if name.len() > 63 {
         return Some("must be no more than 63 characters".to_owned());
     }
-    (!is_label(name)).then(|| {
+    (!is_dns_label(name)).then(|| {
         "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \
          and must start and end with an alphanumeric character"
             .to_owned()
@@ -19,7 +21,7 @@ pub(super) fn dns_subdomain_error(name: &str) -> Option<String> {
     if name.len() > 253 {
         return Some("must be no more than 253 characters".to_owned());
     }
-    (!name.split('.').all(is_label)).then(|| {
+    (!is_dns_subdomain(name)).then(|| {
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
          '-' or '.', and must start and end with an alphanumeric character"
             .to_owned()
@@ -45,19 +47,6 @@ pub(super) fn config_key_error(key: &str) -> Option<String> {
         return Some("must not be '.' or '..' or start with '..'".to_owned());
     }
     None
-}
-
-fn is_label(label: &str) -> bool {
-    let bytes = label.as_bytes();
-    let lower_alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            lower_alnum(first)
-                && lower_alnum(last)
-                && bytes.iter().all(|b| lower_alnum(b) || *b == b'-')
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]

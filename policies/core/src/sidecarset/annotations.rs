@@ -42,17 +42,17 @@ pub(super) fn version_alt_annotation(container: &str) -> String {
 /// `null`s follow OpenKruise's JSON so its controller can read ours.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct HashRecord {
+pub(crate) struct HashRecord {
     #[serde(default)]
-    update_timestamp: Option<String>,
+    pub(crate) update_timestamp: Option<String>,
     #[serde(default)]
-    hash: String,
+    pub(crate) hash: String,
     #[serde(default)]
-    sidecar_set_name: String,
+    pub(crate) sidecar_set_name: String,
     #[serde(default)]
-    sidecar_list: Option<Vec<String>>,
+    pub(crate) sidecar_list: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    controller_revision: String,
+    pub(crate) controller_revision: String,
 }
 
 /// Apply a SidecarSet's `patchPodMetadata` entries to the pod's annotations.
@@ -222,7 +222,7 @@ pub(super) fn injected(
 }
 
 /// The pod's hash map, accepting the legacy `{"name":"hash"}` form.
-fn parse_records(
+pub(crate) fn parse_records(
     annotations: &BTreeMap<String, String>,
     key: &'static str,
 ) -> Result<BTreeMap<String, HashRecord>, InjectionError> {

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_api::SidecarSet;
 
 use super::{InjectionContext, InjectionError, revision, sidecar_set_name};
-use crate::selector;
+use crate::selector::{self, SelectorError};
 
 /// Set by the API server on every Namespace to the namespace's name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -38,19 +38,39 @@ pub(super) fn select(
     Ok(kept)
 }
 
-/// Paused, namespace, namespaceSelector, then the (non-empty) pod selector.
-/// Only an invalid pod selector is an error; an invalid namespaceSelector
-/// just does not match, as in OpenKruise.
+/// Not paused, then [`selects`].
 fn matches_pod(
     sidecar_set: &SidecarSet,
     pod: &Pod,
     namespace: &str,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> Result<bool, InjectionError> {
-    let spec = &sidecar_set.spec;
-    if spec.injection_strategy.as_ref().is_some_and(|s| s.paused) {
+    if sidecar_set
+        .spec
+        .injection_strategy
+        .as_ref()
+        .is_some_and(|s| s.paused)
+    {
         return Ok(false);
     }
+    selects(sidecar_set, pod, namespace, namespace_labels).map_err(|source| {
+        InjectionError::InvalidSelector {
+            sidecar_set: sidecar_set_name(sidecar_set).to_owned(),
+            source,
+        }
+    })
+}
+
+/// Namespace, namespaceSelector (unknown `namespace_labels` do not match),
+/// then the (non-empty) pod selector. Only an invalid pod selector is an
+/// error; an invalid namespaceSelector just does not match, as in OpenKruise.
+pub(crate) fn selects(
+    sidecar_set: &SidecarSet,
+    pod: &Pod,
+    namespace: &str,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> Result<bool, SelectorError> {
+    let spec = &sidecar_set.spec;
     if spec
         .namespace
         .as_deref()
@@ -68,18 +88,12 @@ fn matches_pod(
             return Ok(false);
         }
     }
-    let Some(pod_selector) = &spec.selector else {
+    let Some(pod_selector) = spec.selector.as_ref().filter(|s| !selector::is_empty(s)) else {
         return Ok(false);
     };
     let empty_labels = BTreeMap::new();
     let pod_labels = pod.metadata.labels.as_ref().unwrap_or(&empty_labels);
-    let matched = selector::matches(pod_selector, pod_labels).map_err(|source| {
-        InjectionError::InvalidSelector {
-            sidecar_set: sidecar_set_name(sidecar_set).to_owned(),
-            source,
-        }
-    })?;
-    Ok(matched && !selector::is_empty(pod_selector))
+    selector::matches(pod_selector, pod_labels)
 }
 
 /// The base a canary SidecarSet stands in for (§5).

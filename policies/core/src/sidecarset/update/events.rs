@@ -8,7 +8,7 @@ use kruise_api::SidecarSet;
 use kruise_api::sidecarset::SidecarSetUpdateStrategyType;
 
 use super::consistency::is_consistent_all;
-use super::pods::{injected_list, selects};
+use super::pods::{has_ready_condition, injected_list, selects};
 use crate::sidecarset::sidecar_set_name;
 
 /// Seconds to wait before reconciling after a pod's sidecars turned
@@ -56,7 +56,9 @@ pub fn pod_update_enqueue(old: &Pod, new: &Pod, sidecar_set: &SidecarSet) -> Opt
     if old.metadata.deletion_timestamp.is_some() {
         return None;
     }
-    if new.metadata.deletion_timestamp.is_some() || is_ready(old) != is_ready(new) {
+    if new.metadata.deletion_timestamp.is_some()
+        || has_ready_condition(old) != has_ready_condition(new)
+    {
         return Some(0);
     }
     if is_consistent_all(sidecar_set, old) != is_consistent_all(sidecar_set, new) {
@@ -64,14 +66,4 @@ pub fn pod_update_enqueue(old: &Pod, new: &Pod, sidecar_set: &SidecarSet) -> Opt
     }
     let canary = strategy.is_some_and(|s| s.selector.is_some());
     (canary && old.metadata.labels != new.metadata.labels).then_some(0)
-}
-
-/// k8s `IsPodReady`: the Ready condition is True.
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }

@@ -7,34 +7,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use kruise_api::SidecarSet;
 use kruise_api::sidecarset::SidecarContainer;
-use serde::{Deserialize, Serialize};
 
 use super::UpdateError;
-use crate::selector;
+pub(super) use crate::sidecarset::annotations::HashRecord;
+use crate::sidecarset::annotations::parse_records;
+use crate::sidecarset::matching;
 use crate::sidecarset::{
     HASH_ANNOTATION, HASH_WITHOUT_IMAGE_ANNOTATION, INJECTED_LIST_ANNOTATION,
     WORKING_HOT_UPGRADE_ANNOTATION, is_active, sidecar_set_name,
 };
-
-/// Set by the API server on every Namespace to the namespace's name.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
-/// One SidecarSet's entry in a pod's hash annotations (spec 01 §3.4). Field
-/// order follows OpenKruise's JSON.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct HashRecord {
-    #[serde(default)]
-    pub update_timestamp: Option<String>,
-    #[serde(default)]
-    pub hash: String,
-    #[serde(default)]
-    pub sidecar_set_name: String,
-    #[serde(default)]
-    pub sidecar_list: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub controller_revision: String,
-}
 
 pub(super) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
@@ -60,32 +41,14 @@ pub(super) fn sidecar_set_hash(sidecar_set: &SidecarSet) -> &str {
 
 /// The pod's records under `key`, in the current or the legacy
 /// `{"name":"hash"}` form; unreadable text reads as no records.
-pub(super) fn hash_records(pod: &Pod, key: &str) -> BTreeMap<String, HashRecord> {
-    let Some(text) = annotation(pod, key).filter(|t| !t.is_empty()) else {
-        return BTreeMap::new();
-    };
-    if let Ok(records) = serde_json::from_str::<Option<BTreeMap<String, HashRecord>>>(text) {
-        return records.unwrap_or_default();
-    }
-    serde_json::from_str::<BTreeMap<String, String>>(text)
-        .map(|legacy| {
-            legacy
-                .into_iter()
-                .map(|(name, hash)| {
-                    let record = HashRecord {
-                        hash,
-                        sidecar_set_name: name.clone(),
-                        ..HashRecord::default()
-                    };
-                    (name, record)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+pub(super) fn hash_records(pod: &Pod, key: &'static str) -> BTreeMap<String, HashRecord> {
+    let empty = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    parse_records(annotations, key).unwrap_or_default()
 }
 
 /// The hash this pod records for a SidecarSet (`""` when none).
-pub(super) fn recorded_hash(pod: &Pod, key: &str, sidecar_set: &str) -> String {
+pub(super) fn recorded_hash(pod: &Pod, key: &'static str, sidecar_set: &str) -> String {
     hash_records(pod, key)
         .remove(sidecar_set)
         .map(|r| r.hash)
@@ -240,35 +203,14 @@ pub(super) fn selects(
     pod: &Pod,
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<bool, UpdateError> {
-    let spec = &sidecar_set.spec;
     let namespace = pod_namespace(pod);
-    if spec
-        .namespace
-        .as_deref()
-        .is_some_and(|ns| !ns.is_empty() && ns != namespace)
-    {
-        return Ok(false);
-    }
-    if let Some(namespace_selector) = &spec.namespace_selector {
-        let Some(known) = namespace_labels.get(namespace) else {
-            return Ok(false);
-        };
-        let mut labels = known.clone();
-        labels.insert(NAMESPACE_NAME_LABEL.to_owned(), namespace.to_owned());
-        if !selector::matches(namespace_selector, &labels).unwrap_or(false) {
-            return Ok(false);
-        }
-    }
-    let Some(pod_selector) = spec.selector.as_ref().filter(|s| !selector::is_empty(s)) else {
-        return Ok(false);
-    };
-    let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    selector::matches(pod_selector, labels).map_err(|source| UpdateError::InvalidSelector {
-        sidecar_set: sidecar_set_name(sidecar_set).to_owned(),
-        field: "spec.selector",
-        source,
-    })
+    matching::selects(sidecar_set, pod, namespace, namespace_labels.get(namespace)).map_err(
+        |source| UpdateError::InvalidSelector {
+            sidecar_set: sidecar_set_name(sidecar_set).to_owned(),
+            field: "spec.selector",
+            source,
+        },
+    )
 }
 
 /// Spec 02 §3 step 1: selected, active, injected by this SidecarSet and
@@ -284,7 +226,8 @@ pub(super) fn is_matching(
         && has_all_sidecars(sidecar_set, pod))
 }
 
-fn has_ready_condition(pod: &Pod) -> bool {
+/// k8s `IsPodReady`: the Ready condition is True.
+pub(super) fn has_ready_condition(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
