@@ -3,6 +3,7 @@
 //! time and cluster state are passed in.
 
 pub mod cloneset;
+pub mod history;
 pub mod launch_priority;
 pub mod owner;
 pub mod resourcedistribution;

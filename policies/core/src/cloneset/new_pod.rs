@@ -16,10 +16,10 @@ use super::{
     CONDITION_IN_PLACE_UPDATE_READY, LABEL_INSTANCE_ID, LABEL_LIFECYCLE_STATE,
     LABEL_POD_TEMPLATE_HASH, LABEL_REVISION,
 };
+use crate::history::SAFE_ALPHABET;
 use crate::owner::controller_reference;
 
 pub const ANNOTATION_LIFECYCLE_TIMESTAMP: &str = "lifecycle.apps.kruise.io/timestamp";
-const ID_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 const ID_LENGTH: usize = 5;
 
 /// `count` new instance ids, unique among `taken` and each other; `draw`
@@ -34,8 +34,8 @@ pub fn new_instance_ids(
     while ids.len() < count {
         let id: String = (0..ID_LENGTH)
             .map(|_| {
-                let index = usize::try_from(draw()).unwrap_or(0) % ID_ALPHABET.len();
-                char::from(ID_ALPHABET[index])
+                let index = usize::try_from(draw()).unwrap_or(0) % SAFE_ALPHABET.len();
+                char::from(SAFE_ALPHABET[index])
             })
             .collect();
         if seen.insert(id.clone()) {

@@ -58,26 +58,8 @@ pub fn template_of(revision: &ControllerRevision) -> Option<PodTemplateSpec> {
     serde_json::from_value(template).ok()
 }
 
-/// Kubernetes' history hash: FNV-1 (32 bit) over the payload bytes and the
-/// collision count, printed in decimal and safe-encoded.
-pub fn revision_hash(data: &Value, collision_count: i32) -> String {
-    let bytes = serde_json::to_vec(data).unwrap_or_default();
-    let mut hash: u32 = 0x811c_9dc5;
-    let probe = collision_count.to_string();
-    for byte in bytes.iter().chain(probe.as_bytes()) {
-        hash = hash.wrapping_mul(0x0100_0193);
-        hash ^= u32::from(*byte);
-    }
-    safe_encode(&hash.to_string())
-}
-
-/// Kubernetes' `rand.SafeEncodeString`: no vowels, no look-alikes.
-fn safe_encode(text: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    text.bytes()
-        .map(|b| char::from(ALPHABET[usize::from(b) % ALPHABET.len()]))
-        .collect()
-}
+/// The revision hash of a payload (Kubernetes' `HashControllerRevision`).
+pub use crate::history::controller_revision_hash as revision_hash;
 
 pub fn revision_name(cloneset: &str, hash: &str) -> String {
     format!("{cloneset}-{hash}")
@@ -221,7 +203,7 @@ mod tests {
     #[test]
     fn safe_encoding_uses_the_kubernetes_alphabet() {
         // '0' is byte 48: 48 % 27 = 21 -> '4'.
-        assert_eq!(safe_encode("0"), "4");
+        assert_eq!(crate::history::safe_encode("0"), "4");
         assert!(
             revision_hash(&json!({}), 0)
                 .chars()

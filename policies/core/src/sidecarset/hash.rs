@@ -9,9 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::annotations::{HASH_ANNOTATION, HASH_WITHOUT_IMAGE_ANNOTATION};
-
-/// Kubernetes' `rand.SafeEncodeString` alphabet: no vowels, no look-alikes.
-const SAFE_ALPHABET: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
+use crate::history::safe_encode;
 
 /// What is hashed. Field order equals Go's sorted map keys.
 #[derive(Serialize)]
@@ -102,12 +100,6 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn safe_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| char::from(SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()]))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -116,6 +108,7 @@ mod tests {
     use kruise_api::sidecarset::SidecarContainer;
 
     use super::*;
+    use crate::history::SAFE_ALPHABET;
 
     fn sidecar(name: &str, image: &str) -> SidecarContainer {
         SidecarContainer {

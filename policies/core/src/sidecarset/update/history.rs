@@ -11,6 +11,7 @@ use kruise_api::SidecarSet;
 use serde_json::{Value, json};
 
 use super::pods::hash_records;
+use crate::history::controller_revision_hash;
 use crate::sidecarset::{HASH_ANNOTATION, sidecar_set_name};
 
 /// On a revision: the SidecarSet it belongs to.
@@ -19,7 +20,6 @@ pub const REVISION_OWNER_LABEL: &str = "kruise.io/sidecarset-name";
 pub const CUSTOM_VERSION_LABEL: &str = "apps.kruise.io/sidecarset-custom-version";
 /// Kubernetes' revision hash label.
 const HASH_LABEL: &str = "controller.kubernetes.io/hash";
-const SAFE_ALPHABET: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// The write that makes the latest revision exist.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,24 +79,6 @@ fn number(revision: &ControllerRevision) -> i64 {
     revision.revision.unwrap_or(0)
 }
 
-fn fnv32a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |hash, b| {
-        (hash ^ u32::from(*b)).wrapping_mul(0x0100_0193)
-    })
-}
-
-/// Kubernetes' `HashControllerRevision`: FNV-32a of the data and the
-/// collision count, printed in decimal and safe-encoded.
-fn revision_hash(data: &Value, collision_count: i32) -> String {
-    let mut bytes = data.to_string().into_bytes();
-    bytes.extend(collision_count.to_string().bytes());
-    fnv32a(&bytes)
-        .to_string()
-        .bytes()
-        .map(|b| char::from(SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()]))
-        .collect()
-}
-
 fn label<'a>(revision: &'a ControllerRevision, key: &str) -> Option<&'a str> {
     revision
         .metadata
@@ -124,7 +106,7 @@ fn new_revision(
     collision_count: i32,
 ) -> ControllerRevision {
     let name = sidecar_set_name(sidecar_set);
-    let hash = revision_hash(data, collision_count);
+    let hash = controller_revision_hash(data, collision_count);
     let mut labels = sidecar_set.metadata.labels.clone().unwrap_or_default();
     labels.insert(REVISION_OWNER_LABEL.to_owned(), name.to_owned());
     labels.insert(HASH_LABEL.to_owned(), hash.clone());
