@@ -22,13 +22,13 @@ pub struct ChainOutcome {
 
 /// Runs `policies` in order. The first rejection ends the chain and is the
 /// answer; warnings and audit annotations of every policy run are kept.
-pub fn run_chain(policies: &[&Policy], request: &AdmissionRequest) -> ChainOutcome {
+pub async fn run_chain(policies: &[&Policy], request: &AdmissionRequest) -> ChainOutcome {
     let original = request.object.clone();
     let mut current = request.clone();
     let mut warnings: Vec<String> = Vec::new();
     let mut audit_annotations = std::collections::BTreeMap::new();
     for policy in policies {
-        let response = policy.validate(&current);
+        let response = policy.validate(&current).await;
         warnings.extend(response.warnings.iter().flatten().cloned());
         audit_annotations.extend(response.audit_annotations.clone().unwrap_or_default());
         if !response.allowed {

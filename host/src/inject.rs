@@ -9,7 +9,7 @@ use crate::admission::{AdmissionRequest, Enforcement, Settings};
 use crate::capabilities::{Grants, PolicyHost};
 use crate::chain::{ChainOutcome, run_chain};
 use crate::policy::Policy;
-use crate::runtime::{LoadError, Runtime};
+use crate::runtime::{LoadError, Runtime, block_on};
 
 /// Where the pod is inside the object given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +178,7 @@ impl Injector {
     }
 
     pub fn validate_settings(&self) -> Result<(), String> {
-        self.sidecarset.validate_settings()
+        block_on(self.sidecarset.validate_settings())
     }
 
     /// Injects `object`. Launch priority names its barrier after the pod,
@@ -188,13 +188,16 @@ impl Injector {
         let (pod, location) = pod_of(object)?;
         let request = pod_create_request(&pod, namespace)?;
         let mut notes = Vec::new();
-        let mut outcome = run_chain(&[&self.sidecarset, &self.launch_priority], &request);
+        let mut outcome = block_on(run_chain(
+            &[&self.sidecarset, &self.launch_priority],
+            &request,
+        ));
         if location != PodLocation::Pod && needs_pod_name(&outcome, &self.launch_priority.id) {
             notes.push(
                 "launch priority not applied: its barrier ConfigMap is named after each pod, so the webhook adds it when a pod is created"
                     .to_owned(),
             );
-            outcome = run_chain(&[&self.sidecarset], &request);
+            outcome = block_on(run_chain(&[&self.sidecarset], &request));
         }
         if let Some(policy) = &outcome.rejected_by {
             let message = outcome

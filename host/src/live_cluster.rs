@@ -141,14 +141,28 @@ impl ClusterReads for LiveCluster {
             .as_ref()
             .ok_or_else(|| "the watch runtime has stopped".to_owned())?;
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        // Host calls run on blocking threads, where waiting is allowed.
-        let answer = runtime
-            .handle()
-            .block_on(api.create(&PostParams::default(), &review))
+        // Host calls are synchronous and may come from a server thread that
+        // is driving futures, where `block_on` is refused: the request runs
+        // on the watch runtime and this thread waits on a channel.
+        let (answer_tx, answer_rx) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = answer_tx.send(api.create(&PostParams::default(), &review).await);
+        });
+        let answer = answer_rx
+            .recv_timeout(CAN_I_TIMEOUT)
+            .map_err(|_| {
+                format!(
+                    "SubjectAccessReview failed: no answer within {} s",
+                    CAN_I_TIMEOUT.as_secs()
+                )
+            })?
             .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
         serde_json::to_value(answer.status.unwrap_or_default()).map_err(|e| e.to_string())
     }
 }
+
+/// How long a guest waits for the API server's SubjectAccessReview.
+const CAN_I_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The SDK's `can_i` payload (snake_case) as a SubjectAccessReview.
 fn review_from(request: &Value) -> Result<SubjectAccessReview, String> {

@@ -21,7 +21,7 @@ use kruise_wasm_host::inject::{
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::metadata::Metadata;
 use kruise_wasm_host::policy::Policy;
-use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
+use kruise_wasm_host::runtime::{Runtime, RuntimeConfig, block_on};
 use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles, read_text};
 use kruise_wasm_host::server::{ServerConfig, TlsFiles};
 
@@ -81,7 +81,8 @@ struct ServeArgs {
     port: u16,
     #[arg(long, default_value_t = 8081)]
     readiness_probe_port: u16,
-    /// Evaluations at once (default: the number of CPUs).
+    /// Server threads, which run the connections and the guests (default:
+    /// the number of CPUs); four evaluations per thread may be under way.
     #[arg(long)]
     workers: Option<usize>,
     /// Seconds each policy may run, unless its timeoutEvalSeconds says
@@ -246,12 +247,11 @@ fn run(args: &RunArgs) -> Result<String, String> {
         runtime.limits(Some(Duration::from_secs(args.timeout_seconds))),
         Arc::new(host),
     );
-    policy
-        .validate_settings()
+    block_on(policy.validate_settings())
         .map_err(|message| format!("Provided settings are not valid: {message}"))?;
     let request = AdmissionRequest::from_document(read_document(&args.request)?)
         .map_err(|e| e.to_string())?;
-    Ok(policy.validate(&request).to_json())
+    Ok(block_on(policy.validate(&request)).to_json())
 }
 
 fn run_settings(args: &RunArgs) -> Result<Settings, String> {
@@ -298,11 +298,6 @@ fn inject(args: &InjectArgs) -> Result<String, String> {
 }
 
 fn serve(args: &ServeArgs) -> Result<String, String> {
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: cache_dir(),
-        ..RuntimeConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
     let timeout =
         (!args.disable_timeout_protection).then(|| Duration::from_secs(args.policy_timeout));
     let cluster = match (&args.cluster_fixtures, &args.kubeconfig, args.in_cluster) {
@@ -324,6 +319,15 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
             .map(|(cert, key)| TlsFiles { cert, key }),
         ..defaults
     };
+    let instances = RuntimeConfig::default().max_instances;
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: cache_dir(),
+        max_instances: u32::try_from(config.evaluation_slots())
+            .unwrap_or(u32::MAX)
+            .max(instances),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
     let files = ServeFiles {
         policies: &args.policies,
         chains: args.chains.as_deref(),

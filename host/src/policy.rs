@@ -18,7 +18,7 @@ use crate::capabilities::{Grants, PolicyHost};
 use crate::cluster_fixtures::ClusterReads;
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
-use crate::runtime::{CompiledModule, HostCalls, Limits, Runtime};
+use crate::runtime::{CompiledModule, HostCalls, Limits, Runtime, block_on};
 
 pub struct Policy {
     pub id: String,
@@ -69,7 +69,7 @@ impl Policy {
 
     /// `Err` carries the policy's explanation. A guest failure counts as
     /// invalid settings, with the failure as the explanation.
-    pub fn validate_settings(&self) -> Result<(), String> {
+    pub async fn validate_settings(&self) -> Result<(), String> {
         let payload = serde_json::to_vec(&self.settings).unwrap_or_default();
         let answer = self
             .module
@@ -79,6 +79,7 @@ impl Policy {
                 self.limits,
                 Arc::clone(&self.host),
             )
+            .await
             .map_err(|e| e.to_string())?;
         let verdict: SettingsValidationResponse = serde_json::from_slice(&answer)
             .map_err(|e| format!("Cannot deserialize settings validation response: {e}"))?;
@@ -91,22 +92,23 @@ impl Policy {
 
     /// The policy's own verdict, without enforcement (policy-server's
     /// `/audit`).
-    pub fn audit(&self, request: &AdmissionRequest) -> AdmissionResponse {
+    pub async fn audit(&self, request: &AdmissionRequest) -> AdmissionResponse {
         let payload = validation_payload(request, &self.settings);
         let answer = self
             .module
-            .call("validate", &payload, self.limits, Arc::clone(&self.host));
+            .call("validate", &payload, self.limits, Arc::clone(&self.host))
+            .await;
         AdmissionResponse::from_guest(&request.uid, request.object.as_ref(), answer)
     }
 
     /// The verdict as enforced (policy-server's `/validate`).
-    pub fn validate(&self, request: &AdmissionRequest) -> AdmissionResponse {
-        self.enforcement.apply(self.audit(request))
+    pub async fn validate(&self, request: &AdmissionRequest) -> AdmissionResponse {
+        self.enforcement.apply(self.audit(request).await)
     }
 
     /// A raw policy on arbitrary JSON: a mutation is diffed against the
     /// whole request, and the uid is the request's own, if any.
-    pub fn validate_raw(&self, request: &Value) -> AdmissionResponse {
+    pub async fn validate_raw(&self, request: &Value) -> AdmissionResponse {
         let payload = raw_validation_payload(request, &self.settings);
         let uid = request
             .get("uid")
@@ -114,7 +116,8 @@ impl Policy {
             .unwrap_or_default();
         let answer = self
             .module
-            .call("validate", &payload, self.limits, Arc::clone(&self.host));
+            .call("validate", &payload, self.limits, Arc::clone(&self.host))
+            .await;
         self.enforcement
             .apply(AdmissionResponse::from_guest(uid, Some(request), answer))
     }
@@ -133,7 +136,8 @@ pub enum StartupError {
 
 /// Loads, compiles and checks every policy of a policies.yml: a module
 /// that is missing, not annotated, not compilable, or whose settings it
-/// rejects stops start-up.
+/// rejects stops start-up. Blocks the calling thread while the settings
+/// are checked.
 pub fn load_policies(
     runtime: &Runtime,
     policies_yml: &Path,
@@ -157,12 +161,10 @@ pub fn load_policies_with_cluster(
     let mut policies = BTreeMap::new();
     for (id, entry) in policies_file::parse(&text)? {
         let policy = load_policy(runtime, &id, entry, dir, default_timeout, cluster.cloned())?;
-        policy
-            .validate_settings()
-            .map_err(|message| StartupError::Policy {
-                id: id.clone(),
-                message: format!("settings are not valid: {message}"),
-            })?;
+        block_on(policy.validate_settings()).map_err(|message| StartupError::Policy {
+            id: id.clone(),
+            message: format!("settings are not valid: {message}"),
+        })?;
         policies.insert(id, policy);
     }
     Ok(policies)

@@ -15,6 +15,7 @@ use kruise_policy_modules::SIDECARSET;
 use kruise_wasm_host::admission::AdmissionRequest;
 use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads};
 use kruise_wasm_host::policy::load_policies_with_cluster;
+use kruise_wasm_host::runtime::block_on;
 use serde_json::{Value, json};
 
 fn example(name: &str) -> Value {
@@ -70,14 +71,14 @@ fn sidecarsets_are_read_from_the_fixtures_within_the_allow_lists() {
     let loaded = load_policies_with_cluster(runtime(), &path, None, Some(&cluster)).unwrap();
     let request = test_pod_request();
 
-    let granted = loaded["granted"].validate(&request);
+    let granted = block_on(loaded["granted"].validate(&request));
     assert!(granted.allowed, "{granted:?}");
     let mut pod = request.object.clone().unwrap();
     kruise_wasm_host::chain::apply_base64_patch(&mut pod, granted.patch.as_ref().unwrap()).unwrap();
     assert_eq!(injected_containers(&pod), ["sidecar1", "app"]);
 
     let message = |id: &str| {
-        let response = loaded[id].validate(&request);
+        let response = block_on(loaded[id].validate(&request));
         assert!(!response.allowed, "{id}: {response:?}");
         response.status.unwrap().message.unwrap()
     };

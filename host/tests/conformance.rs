@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::{
     HostFn, denying_host, golden_cases, our_call, pod_create, reference_call, validation_request,
 };
-use kruise_policy_modules::{ALL, PolicyModule, SIDECARSET};
+use kruise_policy_modules::{ALL, BENCH_ADD_LABEL, PolicyModule, SIDECARSET};
 use serde_json::{Value, json};
 
 /// A case run: the request, its settings, and the cluster its host calls see.
@@ -177,13 +177,18 @@ fn assert_same_answer(module: &PolicyModule, operation: &str, run: &Run) -> Resu
     ours
 }
 
+/// Every module in the repo: the product's and the benchmark's.
+fn every_module() -> impl Iterator<Item = &'static PolicyModule> {
+    ALL.iter().chain([&BENCH_ADD_LABEL])
+}
+
 #[test]
 fn validate_answers_the_same_bytes_on_every_golden_case() {
     let runs = runs();
     assert!(runs.len() > 120, "only {} runs", runs.len());
     let mut mutated = 0;
     let mut host_calls_answered = 0;
-    for module in ALL {
+    for module in every_module() {
         for run in &runs {
             let answer = assert_same_answer(module, "validate", run).expect("validate answers");
             let response: Value = serde_json::from_str(&answer).unwrap();
@@ -208,6 +213,30 @@ fn validate_answers_the_same_bytes_on_every_golden_case() {
 }
 
 #[test]
+fn the_bench_module_labels_every_golden_pod_alike() {
+    let settings = json!({"key": "bench.kruise.io/seen", "value": "yes"});
+    let mut labelled = 0;
+    for run in runs() {
+        let mut payload: Value = serde_json::from_slice(&run.payload).unwrap();
+        payload["settings"] = settings.clone();
+        let run = Run {
+            payload: serde_json::to_vec(&payload).unwrap(),
+            ..run
+        };
+        let answer = assert_same_answer(&BENCH_ADD_LABEL, "validate", &run).unwrap();
+        let response: Value = serde_json::from_str(&answer).unwrap();
+        let labels = &response["mutated_object"]["metadata"]["labels"];
+        assert_eq!(
+            labels["bench.kruise.io/seen"], "yes",
+            "{}: {answer}",
+            run.label
+        );
+        labelled += 1;
+    }
+    assert!(labelled > 120, "only {labelled} pods");
+}
+
+#[test]
 fn validate_settings_and_protocol_version_answer_the_same() {
     let host = denying_host();
     let injection = golden_cases("injection");
@@ -218,7 +247,7 @@ fn validate_settings_and_protocol_version_answer_the_same() {
         json!({"sidecarSets": [{"kind": "SidecarSet", "metadata": {"name": "x"}, "spec": {"containers": "no"}}]}),
     ];
     settings.extend(injection.iter().map(|(_, case)| inline_settings(case)));
-    for module in ALL {
+    for module in every_module() {
         for settings in &settings {
             let run = Run {
                 label: settings.to_string(),
@@ -246,7 +275,7 @@ fn validate_settings_and_protocol_version_answer_the_same() {
 #[test]
 fn guest_errors_read_the_same() {
     let host = denying_host();
-    for module in ALL {
+    for module in every_module() {
         let unknown = Run {
             label: "unknown op".to_owned(),
             payload: b"{}".to_vec(),

@@ -12,7 +12,9 @@ use common::{RecordingHost, pod_create, runtime, validation_request};
 use kruise_policy_modules::LAUNCH_PRIORITY;
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, TIMEOUT_MESSAGE};
 use kruise_wasm_host::policy::Policy;
-use kruise_wasm_host::runtime::{CallError, DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls};
+use kruise_wasm_host::runtime::{
+    CallError, DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on,
+};
 use serde_json::{Value, json};
 
 fn wasm(wat: &str) -> Vec<u8> {
@@ -28,7 +30,7 @@ fn limits(timeout_ms: u64, memory_mib: usize) -> Limits {
 
 fn call(wat: &str, limits: Limits) -> Result<Vec<u8>, CallError> {
     let module = runtime().load(&wasm(wat)).expect("the module loads");
-    module.call("validate", b"{}", limits, Arc::new(NoHostCalls))
+    block_on(module.call("validate", b"{}", limits, Arc::new(NoHostCalls)))
 }
 
 /// A guest whose `__guest_call` runs `body` (which must leave an i32).
@@ -249,14 +251,13 @@ fn guest_request_writes_the_operation_first_then_the_payload() {
           (call $response (i32.const 0) (i32.add (local.get $op_len) (local.get $msg_len)))
           (i32.const 1)))"#;
     let module = runtime().load(&wasm(wat)).unwrap();
-    let answer = module
-        .call(
-            "validate",
-            b"{\"x\":1}",
-            limits(1000, 16),
-            Arc::new(NoHostCalls),
-        )
-        .unwrap();
+    let answer = block_on(module.call(
+        "validate",
+        b"{\"x\":1}",
+        limits(1000, 16),
+        Arc::new(NoHostCalls),
+    ))
+    .unwrap();
     assert_eq!(answer, b"validate{\"x\":1}");
 }
 
@@ -303,14 +304,13 @@ fn host_calls_carry_binding_namespace_operation_and_payload() {
         .into(),
         ..RecordingHost::default()
     });
-    let answer = module
-        .call(
-            "validate",
-            b"{\"name\":\"ns\"}",
-            limits(1000, 16),
-            host.clone(),
-        )
-        .unwrap();
+    let answer = block_on(module.call(
+        "validate",
+        b"{\"name\":\"ns\"}",
+        limits(1000, 16),
+        host.clone(),
+    ))
+    .unwrap();
     assert_eq!(answer, b"R:{\"kind\":\"Namespace\"}");
     assert_eq!(
         *host.calls.lock().unwrap(),
@@ -324,9 +324,7 @@ fn host_calls_carry_binding_namespace_operation_and_payload() {
     assert_eq!(*host.logs.lock().unwrap(), vec!["hello host".to_owned()]);
 
     let denied = Arc::new(RecordingHost::default());
-    let answer = module
-        .call("validate", b"{}", limits(1000, 16), denied)
-        .unwrap();
+    let answer = block_on(module.call("validate", b"{}", limits(1000, 16), denied)).unwrap();
     assert_eq!(answer, b"E:unknown operation: get_resource");
 }
 
@@ -354,7 +352,12 @@ fn good_evaluations_go_on_while_hostile_ones_run() {
             .into_iter()
             .map(|module| {
                 scope.spawn(|| {
-                    module.call("validate", b"{}", limits(1500, 64), Arc::new(NoHostCalls))
+                    block_on(module.call(
+                        "validate",
+                        b"{}",
+                        limits(1500, 64),
+                        Arc::new(NoHostCalls),
+                    ))
                 })
             })
             .collect();
@@ -363,14 +366,13 @@ fn good_evaluations_go_on_while_hostile_ones_run() {
                 scope.spawn(|| {
                     let mut answered = 0;
                     for _ in 0..5 {
-                        let answer = good
-                            .call(
-                                "validate",
-                                &payload,
-                                limits(2000, 64),
-                                Arc::new(NoHostCalls),
-                            )
-                            .unwrap();
+                        let answer = block_on(good.call(
+                            "validate",
+                            &payload,
+                            limits(2000, 64),
+                            Arc::new(NoHostCalls),
+                        ))
+                        .unwrap();
                         let response: Value = serde_json::from_slice(&answer).unwrap();
                         assert_eq!(response["accepted"], true);
                         assert!(response["mutated_object"].is_object());
@@ -399,12 +401,12 @@ fn good_evaluations_go_on_while_hostile_ones_run() {
     });
     // And the runtime still serves afterwards.
     assert!(
-        good.call(
+        block_on(good.call(
             "validate",
             &payload,
             limits(2000, 64),
             Arc::new(NoHostCalls)
-        )
+        ))
         .is_ok()
     );
 }
@@ -426,7 +428,7 @@ fn misbehaving_policies_become_admission_denials_with_code_500() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}});
     let request = AdmissionRequest::from_document(pod_create(&pod)).unwrap();
     let status = |policy: Policy| {
-        let response = policy.validate(&request);
+        let response = block_on(policy.validate(&request));
         assert!(!response.allowed);
         assert_eq!(response.uid, request.uid);
         let status = response.status.unwrap();

@@ -11,7 +11,7 @@ use common::{module_file, pod_create, runtime, scratch_dir};
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
 use kruise_wasm_host::admission::AdmissionRequest;
 use kruise_wasm_host::policy::{StartupError, load_policies};
-use kruise_wasm_host::runtime::DEFAULT_TIMEOUT;
+use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, block_on};
 use serde_json::{Value, json};
 
 fn policies_yml(test_name: &str, yaml: &str) -> PathBuf {
@@ -64,11 +64,11 @@ injection:
     assert_eq!(policies.len(), 5);
     let request = ordered_pod_create();
 
-    let mutated = policies["mutating"].validate(&request);
+    let mutated = block_on(policies["mutating"].validate(&request));
     assert!(mutated.allowed);
     assert!(mutated.patch.is_some());
 
-    let refused = policies["validating"].validate(&request);
+    let refused = block_on(policies["validating"].validate(&request));
     assert!(!refused.allowed);
     assert_eq!(refused.patch, None);
     assert_eq!(
@@ -78,13 +78,17 @@ injection:
         )
     );
     // /audit sees the policy's own answer.
-    assert!(policies["validating"].audit(&request).patch.is_some());
+    assert!(
+        block_on(policies["validating"].audit(&request))
+            .patch
+            .is_some()
+    );
 
-    let monitored = policies["monitored"].validate(&request);
+    let monitored = block_on(policies["monitored"].validate(&request));
     assert!(monitored.allowed);
     assert_eq!(monitored.patch, None);
 
-    let custom = serde_json::to_value(policies["custom"].validate(&request)).unwrap();
+    let custom = serde_json::to_value(block_on(policies["custom"].validate(&request))).unwrap();
     assert_eq!(custom["status"]["message"], "pods must not be ordered here");
     assert!(
         custom["status"]["details"]["causes"][0]["message"]
@@ -94,7 +98,7 @@ injection:
     );
 
     // Without SidecarSets nothing is injected, and the pod passes.
-    let injection = policies["injection"].validate(&request);
+    let injection = block_on(policies["injection"].validate(&request));
     assert!(injection.allowed);
     assert_eq!(injection.patch, None);
 }
@@ -191,7 +195,7 @@ fn a_raw_policy_diffs_against_the_whole_request() {
     // As policy-server does for raw policies: the mutated object is diffed
     // against the request itself, not against `request.object`.
     let raw: Value = serde_json::to_value(ordered_pod_create()).unwrap();
-    let response = policies["lp"].validate_raw(&raw);
+    let response = block_on(policies["lp"].validate_raw(&raw));
     assert_eq!(response.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
     let patch = base64::Engine::decode(
         &base64::engine::general_purpose::STANDARD,

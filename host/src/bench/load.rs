@@ -1,15 +1,21 @@
-//! The load generator: N keep-alive HTTP/1.1 connections, one blocking
-//! thread each, sending the same request back to back for a fixed time.
+//! The load generator: N keep-alive HTTP/1.1 connections, all driven by one
+//! thread (a current-thread tokio runtime, as `wrk -t1` drives its
+//! connections from one epoll loop), sending the same request back to back
+//! for a fixed time. One thread rather than one per connection: the
+//! generator shares the 2 cores with the server, and every cycle it spends
+//! is one the server does not get.
 //! Hand-written HTTP on purpose: the server answers with Content-Length,
 //! and a client library would be one more thing measured.
 
-use std::io::{BufRead as _, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 /// One load run.
 #[derive(Debug, Clone)]
@@ -41,29 +47,40 @@ impl Figures {
     }
 }
 
+/// What one connection measured: latencies of its 200s, and its failures.
+type Tally = (Vec<Duration>, usize);
+
 impl Load {
     pub fn run(&self) -> Result<Figures, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start the load generator: {e}"))?;
         let started = Instant::now();
         let deadline = started + self.duration;
-        let threads = (0..self.connections.max(1))
-            .map(|_| {
-                let load = self.clone();
-                std::thread::Builder::new()
-                    .name("kruise-wasm-bench".to_owned())
-                    .spawn(move || load.connection(deadline))
-                    .map_err(|e| format!("cannot start a client thread: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let tallies = runtime.block_on(async {
+            let connections: Vec<_> = (0..self.connections.max(1))
+                .map(|_| tokio::spawn(self.clone().connection(deadline)))
+                .collect();
+            let mut tallies = Vec::with_capacity(connections.len());
+            for connection in connections {
+                tallies.push(
+                    connection
+                        .await
+                        .map_err(|_| "a connection task panicked".to_owned())?,
+                );
+            }
+            Ok::<_, String>(tallies)
+        })?;
+        let elapsed = started.elapsed();
         let mut latencies = Vec::new();
         let mut errors = 0;
-        for thread in threads {
-            let (mine, failed) = thread
-                .join()
-                .map_err(|_| "a client thread panicked".to_owned())??;
+        for tally in tallies {
+            let (mine, failed) = tally?;
             latencies.extend(mine);
             errors += failed;
         }
-        let elapsed = started.elapsed();
         latencies.sort_unstable();
         Ok(Figures {
             requests: latencies.len(),
@@ -74,27 +91,50 @@ impl Load {
         })
     }
 
-    /// One connection until the deadline: the latencies of its successful
-    /// requests and how many failed. A broken connection is reopened.
-    fn connection(&self, deadline: Instant) -> Result<(Vec<Duration>, usize), String> {
-        let request = self.request_bytes();
-        let mut latencies = Vec::new();
-        let mut errors = 0;
+    /// One connection until the deadline. A broken connection counts as an
+    /// error and is reopened; one that cannot be opened ends the run.
+    async fn connection(self, deadline: Instant) -> Result<Tally, String> {
+        let mut tally = (Vec::new(), 0);
         while Instant::now() < deadline {
-            let mut stream = self.connect()?;
-            while Instant::now() < deadline {
-                let sent = Instant::now();
-                match exchange(&mut stream, &request) {
-                    Ok(200) => latencies.push(sent.elapsed()),
-                    Ok(_) => errors += 1,
-                    Err(_) => {
-                        errors += 1;
-                        break;
-                    }
+            let tcp = TcpStream::connect(self.address)
+                .await
+                .map_err(|e| format!("cannot connect: {e}"))?;
+            // Requests are written in one piece and wait for their answer.
+            tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+            match &self.tls {
+                None => self.exchanges(tcp, deadline, &mut tally).await,
+                Some(config) => {
+                    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+                    let tls = TlsConnector::from(Arc::clone(config))
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| format!("TLS: {e}"))?;
+                    self.exchanges(tls, deadline, &mut tally).await;
                 }
             }
         }
-        Ok((latencies, errors))
+        Ok(tally)
+    }
+
+    /// Requests back to back on one open connection until the deadline or
+    /// until it breaks.
+    async fn exchanges<S>(&self, mut stream: S, deadline: Instant, tally: &mut Tally)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let request = self.request_bytes();
+        let mut buffer = Vec::with_capacity(64 << 10);
+        while Instant::now() < deadline {
+            let sent = Instant::now();
+            match exchange(&mut stream, &request, &mut buffer).await {
+                Ok(200) => tally.0.push(sent.elapsed()),
+                Ok(_) => tally.1 += 1,
+                Err(_) => {
+                    tally.1 += 1;
+                    return;
+                }
+            }
+        }
     }
 
     fn request_bytes(&self) -> Vec<u8> {
@@ -107,59 +147,76 @@ impl Load {
         request.extend_from_slice(&self.body);
         request
     }
-
-    fn connect(&self) -> Result<BufReader<Box<dyn ReadWrite>>, String> {
-        let tcp = TcpStream::connect(self.address).map_err(|e| format!("cannot connect: {e}"))?;
-        // Requests are written in one piece and wait for their answer.
-        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-        let stream: Box<dyn ReadWrite> = match &self.tls {
-            None => Box::new(tcp),
-            Some(config) => {
-                let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-                let connection = ClientConnection::new(Arc::clone(config), name)
-                    .map_err(|e| format!("TLS: {e}"))?;
-                Box::new(StreamOwned::new(connection, tcp))
-            }
-        };
-        Ok(BufReader::with_capacity(64 << 10, stream))
-    }
 }
 
-trait ReadWrite: Read + Write + Send {}
-impl<T: Read + Write + Send> ReadWrite for T {}
-
 /// Sends one request and reads its whole answer; the status code.
-fn exchange(stream: &mut BufReader<Box<dyn ReadWrite>>, request: &[u8]) -> std::io::Result<u16> {
-    let broken = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
-    let writer = stream.get_mut();
-    writer.write_all(request)?;
-    writer.flush()?;
-    let mut line = String::new();
-    stream.read_line(&mut line)?;
-    let status = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| broken("no status line"))?;
-    let mut length = None;
-    loop {
-        line.clear();
-        if stream.read_line(&mut line)? == 0 {
-            return Err(broken("connection closed in the headers"));
+/// `buffer` is reused between exchanges and empty on return.
+async fn exchange<S>(stream: &mut S, request: &[u8], buffer: &mut Vec<u8>) -> std::io::Result<u16>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    stream.write_all(request).await?;
+    stream.flush().await?;
+    buffer.clear();
+    let head = loop {
+        if let Some(head) = parse_head(buffer)? {
+            break head;
         }
-        let header = line.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse::<u64>().ok();
-        }
+        read_more(stream, buffer).await?;
+    };
+    while buffer.len() < head.total_len {
+        read_more(stream, buffer).await?;
     }
-    let length = length.ok_or_else(|| broken("no Content-Length"))?;
-    std::io::copy(&mut stream.by_ref().take(length), &mut std::io::sink())?;
-    Ok(status)
+    // A keep-alive answer is followed by nothing until the next request.
+    buffer.clear();
+    Ok(head.status)
+}
+
+async fn read_more<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    if buffer.capacity() - buffer.len() < 16 << 10 {
+        buffer.reserve(64 << 10);
+    }
+    if stream.read_buf(buffer).await? == 0 {
+        return Err(broken("connection closed mid-answer"));
+    }
+    Ok(())
+}
+
+/// The status line and headers of an answer, once all of them are in.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    /// Headers plus body.
+    total_len: usize,
+}
+
+fn parse_head(bytes: &[u8]) -> std::io::Result<Option<Head>> {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(&bytes[..end]).map_err(|_| broken("headers not UTF-8"))?;
+    let mut lines = text.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| broken("no status line"))?;
+    let length = lines
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| value.trim().parse::<usize>().ok())
+        .ok_or_else(|| broken("no Content-Length"))?;
+    Ok(Some(Head {
+        status,
+        total_len: end + 4 + length,
+    }))
+}
+
+fn broken(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
 }
 
 fn percentile(sorted: &[Duration], percent: usize) -> Duration {
@@ -171,6 +228,7 @@ fn percentile(sorted: &[Duration], percent: usize) -> Duration {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -184,5 +242,43 @@ mod tests {
             percentile(&[Duration::from_micros(7)], 50),
             Duration::from_micros(7)
         );
+    }
+
+    #[test]
+    fn heads_are_read_once_complete() {
+        let answer =
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        assert_eq!(parse_head(&answer[..20]).unwrap(), None);
+        assert_eq!(
+            parse_head(answer).unwrap(),
+            Some(Head {
+                status: 200,
+                total_len: answer.len()
+            })
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
+        assert!(parse_head(b"garbage\r\n\r\n").is_err());
+    }
+
+    #[tokio::test]
+    async fn an_exchange_reads_exactly_one_answer() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let answer = b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nnope!";
+        let serving = tokio::spawn(async move {
+            let mut request = [0_u8; 4];
+            server.read_exact(&mut request).await.unwrap();
+            server.write_all(answer).await.unwrap();
+            server
+        });
+        let mut buffer = Vec::new();
+        assert_eq!(
+            exchange(&mut client, b"ping", &mut buffer).await.unwrap(),
+            404
+        );
+        drop(serving.await.unwrap());
+        let error = exchange(&mut client, b"ping", &mut buffer)
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe);
     }
 }

@@ -2,9 +2,10 @@
 //! embedded modules, loads it over plain HTTP and TLS, and measures the
 //! fixed cost of a fresh instance.
 //!
-//! Workloads: launch-priority on the Ordered example pod (a small mutation:
-//! two env entries, standing in for "a policy that adds one label"), and
-//! the sidecarset module on the seed pod (`pod-test-pod` with `scs-demo`).
+//! Workloads: the bar's own (the add-label bench module: one label added to
+//! the seed pod), launch-priority on the Ordered example pod (a small
+//! mutation through typed Kubernetes objects), and the sidecarset module on
+//! the seed pod (`pod-test-pod` with `scs-demo`).
 
 pub mod load;
 
@@ -22,7 +23,7 @@ use crate::admission::{AdmissionRequest, Enforcement, Settings};
 use crate::capabilities::{Grants, PolicyHost};
 use crate::inject::{pod_create_request, sidecarset_settings};
 use crate::policy::Policy;
-use crate::runtime::{CompiledModule, Limits, Runtime};
+use crate::runtime::{CompiledModule, Limits, Runtime, block_on};
 use crate::server::api::Policies;
 use crate::server::{self, ServerConfig, TlsFiles};
 use load::{Figures, Load};
@@ -57,6 +58,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
     }
     let (policies, sidecarset) = policies(runtime)?;
     let workloads = [
+        ("add-label", review(SEED_POD)?),
         ("launch-priority", review(ORDERED_POD)?),
         ("sidecarset", review(SEED_POD)?),
     ];
@@ -134,6 +136,9 @@ fn policies(runtime: &Runtime) -> Result<(PolicyMap, Arc<CompiledModule>), Strin
     let launch_priority = runtime
         .load(kruise_policy_modules::LAUNCH_PRIORITY.wasm)
         .map_err(|e| e.to_string())?;
+    let add_label = runtime
+        .load(kruise_policy_modules::BENCH_ADD_LABEL.wasm)
+        .map_err(|e| e.to_string())?;
     let policy = |id: &str, module: &Arc<CompiledModule>, settings: Settings| {
         let host = PolicyHost {
             policy_id: id.to_owned(),
@@ -148,8 +153,7 @@ fn policies(runtime: &Runtime) -> Result<(PolicyMap, Arc<CompiledModule>), Strin
             runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT)),
             Arc::new(host),
         );
-        policy
-            .validate_settings()
+        block_on(policy.validate_settings())
             .map(|()| (id.to_owned(), Arc::new(policy)))
             .map_err(|message| format!("{id}: settings are not valid: {message}"))
     };
@@ -160,8 +164,17 @@ fn policies(runtime: &Runtime) -> Result<(PolicyMap, Arc<CompiledModule>), Strin
             sidecarset_settings(vec![scs_demo], "default", None),
         )?,
         policy("launch-priority", &launch_priority, Settings::new())?,
+        policy("add-label", &add_label, add_label_settings())?,
     ];
     Ok((policies.into_iter().collect(), sidecarset))
+}
+
+/// The bar's policy: one label added to every object.
+fn add_label_settings() -> Settings {
+    let mut settings = Settings::new();
+    settings.insert("key".to_owned(), json!("bench.kruise.io/seen"));
+    settings.insert("value".to_owned(), json!("yes"));
+    settings
 }
 
 /// The AdmissionReview of a pod CREATE, as the API server sends it.
@@ -182,7 +195,7 @@ fn check_mutates(policies: &PolicyMap, id: &str, body: &[u8]) -> Result<(), Stri
     let review: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let request = AdmissionRequest::from_document(review).map_err(|e| e.to_string())?;
     let policy = policies.get(id).ok_or_else(|| format!("no policy {id}"))?;
-    let response = policy.validate(&request);
+    let response = block_on(policy.validate(&request));
     if response.allowed && response.patch.is_some() {
         Ok(())
     } else {
@@ -220,7 +233,7 @@ fn instance_cost(
     let mut times = Vec::with_capacity(count);
     for _ in 0..count.max(1) {
         let started = Instant::now();
-        module.instantiate_only(limits).map_err(|e| e.to_string())?;
+        block_on(module.instantiate_only(limits)).map_err(|e| e.to_string())?;
         times.push(started.elapsed());
     }
     times.sort_unstable();

@@ -1,5 +1,5 @@
 //! The one wasmtime `Engine` every policy shares: how it is configured and
-//! the thread that advances its epoch (the clock of every deadline).
+//! the thread that advances its epoch (the clock deadlines are checked on).
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -11,9 +11,13 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// many small policies; see each field for the reasoning.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// How often the epoch advances, hence the granularity of deadlines.
-    /// policy-server ticks once a second; 10 ms costs 100 wake-ups a second
-    /// and lets a 2 s deadline fire within 2.00–2.01 s.
+    /// How often the epoch advances: how often a running guest checks its
+    /// deadline and, once it has run a while, yields to the other tasks of
+    /// its thread. policy-server ticks once a second; 1 ms costs a thousand
+    /// wake-ups a second of one small thread, lets a 2 s deadline fire
+    /// within 2.000–2.001 s, and slices a spinning guest finely enough that
+    /// requests queued behind it on its thread wait milliseconds, not
+    /// seconds.
     pub epoch_tick: Duration,
     /// Instances that can be alive at once (pool slots). Every evaluation
     /// holds one for its duration; on 2 cores the worker pool keeps only a
@@ -26,12 +30,15 @@ pub struct RuntimeConfig {
     /// use a few MiB; 256 MiB leaves room for large admission objects and
     /// for policies in Go.
     pub max_memory_bytes: usize,
-    /// Bytes of each memory slot reset with `memset` (only dirty pages,
-    /// with Linux's `PAGEMAP_SCAN`) instead of `madvise` when an instance
-    /// ends: the next evaluation of the same module then takes no page
-    /// faults on its stack and the start of its heap. 1 MiB covers the
-    /// shadow stack and the small heap of a Rust policy; at most
-    /// 64 slots × 1 MiB = 64 MiB stays resident.
+    /// Bytes of each memory slot reset in place (with Linux's
+    /// `PAGEMAP_SCAN`: only the pages ever touched, rewritten from the
+    /// module's image or zeroed) instead of given back with `madvise` when
+    /// an instance ends. Given-back pages cost the next instance a page
+    /// fault each, and each `madvise` and copy-on-write fault a TLB
+    /// shootdown across the cores: measured, that halved throughput
+    /// (docs/benchmarks.md). 16 MiB holds the whole working set of our
+    /// policies (stack, data and heap); what stays resident is only what
+    /// guests touched, in the few slots the worker pool keeps busy.
     pub keep_resident_bytes: usize,
     /// Where compiled modules are kept between processes (absolute path);
     /// `None` compiles every module in every process. Needs the
@@ -42,10 +49,10 @@ pub struct RuntimeConfig {
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
-            epoch_tick: Duration::from_millis(10),
+            epoch_tick: Duration::from_millis(1),
             max_instances: 64,
             max_memory_bytes: 256 << 20,
-            keep_resident_bytes: 1 << 20,
+            keep_resident_bytes: 16 << 20,
             cache_dir: None,
         }
     }
@@ -61,7 +68,10 @@ pub(crate) fn engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
         .total_gc_heaps(config.max_instances)
         .max_memory_size(config.max_memory_bytes)
         .linear_memory_keep_resident(config.keep_resident_bytes)
-        .table_keep_resident(64 << 10);
+        .table_keep_resident(64 << 10)
+        // Every evaluation runs as a future on a fiber, whose native stack
+        // comes from the pool too.
+        .total_stacks(config.max_instances);
 
     let mut wasm = Config::new();
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
@@ -101,9 +111,8 @@ impl EpochTicker {
 }
 
 /// Increments the epoch once per elapsed tick until `stopped` disconnects.
-/// Ticks are counted from the start rather than per wake-up: on a busy
-/// machine this thread wakes late, and sleeping a tick after each late
-/// wake-up would stretch a 2 s deadline to several seconds.
+/// Ticks are counted from the start rather than per wake-up, so a thread
+/// woken late on a busy machine keeps the cadence instead of drifting.
 fn follow_the_clock(engine: &Engine, tick: Duration, stopped: &mpsc::Receiver<()>) {
     let tick_nanos = tick.as_nanos().max(1);
     let started = Instant::now();
@@ -132,34 +141,5 @@ impl Drop for EpochTicker {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-/// Epoch ticks for a deadline: one more than the rounded-up quotient,
-/// because the first tick can come right after the deadline is set.
-pub(crate) fn deadline_ticks(timeout: Duration, tick: Duration) -> u64 {
-    let tick = tick.as_nanos().max(1);
-    let ticks = timeout.as_nanos().div_ceil(tick) + 1;
-    u64::try_from(ticks).unwrap_or(NO_DEADLINE)
-}
-
-/// A deadline that never comes (timeouts disabled): far enough, and far
-/// from overflowing the epoch counter.
-pub(crate) const NO_DEADLINE: u64 = u64::MAX / 2;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deadlines_never_fire_early() {
-        let tick = Duration::from_millis(10);
-        assert_eq!(deadline_ticks(Duration::from_secs(2), tick), 201);
-        assert_eq!(deadline_ticks(Duration::from_millis(15), tick), 3);
-        assert_eq!(deadline_ticks(Duration::ZERO, tick), 1);
-        assert_eq!(
-            deadline_ticks(Duration::MAX, Duration::from_nanos(1)),
-            NO_DEADLINE
-        );
     }
 }

@@ -22,6 +22,13 @@ pub use host_calls::{HostCalls, NoHostCalls};
 pub use module::{CompiledModule, DEFAULT_TIMEOUT, Digest, Limits};
 
 use engine::EpochTicker;
+
+/// Runs an evaluation to completion on the calling thread, for callers
+/// outside the server (the CLI, start-up checks, tests). Nothing in an
+/// evaluation waits on I/O of this thread, so polling until done is enough.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    futures::executor::block_on(future)
+}
 use store_data::StoreData;
 
 /// The engine, the linker every module is instantiated against, and the
@@ -48,7 +55,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wapc_imports::define(&mut linker)
             .and_then(|()| {
-                wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |data| &mut data.wasi)
+                wasmtime_wasi::p1::add_to_linker_async(&mut linker, |data| &mut data.wasi)
             })
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)
@@ -78,7 +85,6 @@ impl Runtime {
             &self.linker,
             wasm,
             digest,
-            self.config.epoch_tick,
             self.config.max_memory_bytes,
         )?);
         let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);

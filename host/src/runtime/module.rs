@@ -1,16 +1,18 @@
 //! A compiled policy module and one evaluation of it: a fresh store and
-//! instance, `_start` then `wapc_init`, then one `__guest_call`.
+//! instance, `_start` then `wapc_init`, then one `__guest_call`, run as a
+//! future (a wasmtime fiber) that yields at every epoch tick.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use wasmtime::{Engine, ExternType, Instance, InstancePre, Module, Store, Trap, ValType};
+use wasmtime::{
+    Engine, ExternType, Instance, InstancePre, Module, Store, Trap, UpdateDeadline, ValType,
+};
 use wasmtime_wasi::I32Exit;
 
-use super::engine::{NO_DEADLINE, deadline_ticks};
 use super::error::{CallError, ContractViolation, LoadError, MemoryLimitExceeded};
 use super::host_calls::{HostCalls, NoHostCalls};
-use super::store_data::StoreData;
+use super::store_data::{GuestClock, StoreData};
 
 /// What one evaluation may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +37,6 @@ pub struct CompiledModule {
     digest: Digest,
     pre: InstancePre<StoreData>,
     starters: Vec<&'static str>,
-    epoch_tick: Duration,
     max_memory_bytes: usize,
 }
 
@@ -66,7 +67,6 @@ impl CompiledModule {
         linker: &wasmtime::Linker<StoreData>,
         wasm: &[u8],
         digest: Digest,
-        epoch_tick: Duration,
         max_memory_bytes: usize,
     ) -> Result<Self, LoadError> {
         let module =
@@ -83,7 +83,6 @@ impl CompiledModule {
             digest,
             pre,
             starters,
-            epoch_tick,
             max_memory_bytes,
         })
     }
@@ -95,22 +94,25 @@ impl CompiledModule {
     /// Runs `operation` with `payload` in a brand-new instance, so no guest
     /// state survives between calls (as policy-server since Kubewarden
     /// 1.10), and a guest that timed out is never entered again.
-    pub fn call(
+    pub async fn call(
         &self,
         operation: &str,
         payload: &[u8],
         limits: Limits,
         host: Arc<dyn HostCalls>,
     ) -> Result<Vec<u8>, CallError> {
-        let (mut store, instance, deadline) = self.fresh_instance(limits, host)?;
+        let (mut store, instance) = self.fresh_instance(limits, host).await?;
         let guest_call = instance
             .get_typed_func::<(i32, i32), i32>(&mut store, GUEST_CALL)
             .map_err(|e| CallError::Instantiate(format!("{e:#}")))?;
         let operation_len = wapc_len(operation.len())?;
         let payload_len = wapc_len(payload.len())?;
         store.data_mut().wapc.begin_guest_call(operation, payload);
-        store.set_epoch_deadline(deadline);
-        match guest_call.call(&mut store, (operation_len, payload_len)) {
+        start_the_clock(&mut store, limits);
+        match guest_call
+            .call_async(&mut store, (operation_len, payload_len))
+            .await
+        {
             Ok(code) => store.into_data().wapc.outcome(code),
             Err(error) => Err(classify(&error, CallError::Guest)),
         }
@@ -118,48 +120,60 @@ impl CompiledModule {
 
     /// Instantiates and initialises (`_start`, `wapc_init`) without calling
     /// the guest: the fixed cost of every evaluation, which `bench` reports.
-    pub fn instantiate_only(&self, limits: Limits) -> Result<(), CallError> {
-        self.fresh_instance(limits, Arc::new(NoHostCalls)).map(drop)
+    pub async fn instantiate_only(&self, limits: Limits) -> Result<(), CallError> {
+        self.fresh_instance(limits, Arc::new(NoHostCalls))
+            .await
+            .map(drop)
     }
 
-    fn fresh_instance(
+    async fn fresh_instance(
         &self,
         limits: Limits,
         host: Arc<dyn HostCalls>,
-    ) -> Result<(Store<StoreData>, Instance, u64), CallError> {
+    ) -> Result<(Store<StoreData>, Instance), CallError> {
         let memory_bytes = limits.memory_bytes.min(self.max_memory_bytes);
         let mut store = Store::new(
             self.pre.module().engine(),
             StoreData::new(memory_bytes, host),
         );
         store.limiter(|data| &mut data.memory_cap);
-        let deadline = limits.timeout.map_or(NO_DEADLINE, |timeout| {
-            deadline_ticks(timeout, self.epoch_tick)
+        // At every epoch tick a running guest lands here: past its deadline
+        // it is stopped; once it has run a while it lets the thread's other
+        // tasks run before going on.
+        store.epoch_deadline_callback(|store| {
+            let clock = store.data().clock;
+            let now = Instant::now();
+            Ok(match clock.deadline {
+                Some(deadline) if now >= deadline => UpdateDeadline::Interrupt,
+                _ if now < clock.started + RUN_BEFORE_YIELDING => UpdateDeadline::Continue(1),
+                _ => UpdateDeadline::Yield(1),
+            })
         });
 
         // Instantiation can run a wasm `start` function: it is under the
         // deadline too.
-        store.set_epoch_deadline(deadline);
+        start_the_clock(&mut store, limits);
         let instance = self
             .pre
-            .instantiate(&mut store)
+            .instantiate_async(&mut store)
+            .await
             .map_err(|e| classify(&e, CallError::Instantiate))?;
-        self.run_starters(&mut store, instance, deadline)?;
-        Ok((store, instance, deadline))
+        self.run_starters(&mut store, instance, limits).await?;
+        Ok((store, instance))
     }
 
-    fn run_starters(
+    async fn run_starters(
         &self,
         store: &mut Store<StoreData>,
         instance: Instance,
-        deadline: u64,
+        limits: Limits,
     ) -> Result<(), CallError> {
         for name in &self.starters {
             let start = instance
                 .get_typed_func::<(), ()>(&mut *store, name)
                 .map_err(|e| CallError::Init(format!("{name}: {e:#}")))?;
-            store.set_epoch_deadline(deadline);
-            if let Err(error) = start.call(&mut *store, ()) {
+            start_the_clock(store, limits);
+            if let Err(error) = start.call_async(&mut *store, ()).await {
                 // TinyGo >= 0.35 ends `main` with `proc_exit(0)`.
                 if error
                     .downcast_ref::<I32Exit>()
@@ -175,6 +189,25 @@ impl CompiledModule {
         Ok(())
     }
 }
+
+/// Gives the guest function about to run its full timeout (policy-server
+/// gives each of `_start`, `wapc_init` and the call the whole deadline),
+/// checked at the next epoch tick and every tick after.
+fn start_the_clock(store: &mut Store<StoreData>, limits: Limits) {
+    let started = Instant::now();
+    store.data_mut().clock = GuestClock {
+        started,
+        deadline: limits.timeout.map(|timeout| started + timeout),
+    };
+    store.set_epoch_deadline(1);
+}
+
+/// How long a guest function runs before it starts yielding at every epoch
+/// tick. Evaluations take well under a millisecond, so they are never
+/// preempted (a yield sends the request to the back of its thread's queue);
+/// a guest spinning towards its deadline shares its thread in tick-sized
+/// slices with the requests that come after it.
+const RUN_BEFORE_YIELDING: Duration = Duration::from_millis(5);
 
 /// Timeouts and memory exhaustion are told apart from every other failure,
 /// which `other` wraps.

@@ -2,6 +2,7 @@
 //! WASI context, the memory cap and the host-call handler.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::WasiCtxBuilder;
@@ -13,6 +14,7 @@ use super::host_calls::HostCalls;
 
 pub(crate) struct StoreData {
     pub wapc: CallState,
+    pub clock: GuestClock,
     pub wasi: WasiP1Ctx,
     pub memory_cap: MemoryCap,
     pub host: Arc<dyn HostCalls>,
@@ -22,6 +24,10 @@ impl StoreData {
     pub fn new(memory_limit: usize, host: Arc<dyn HostCalls>) -> Self {
         Self {
             wapc: CallState::default(),
+            clock: GuestClock {
+                started: Instant::now(),
+                deadline: None,
+            },
             wasi: sandboxed_wasi(),
             memory_cap: MemoryCap {
                 limit: memory_limit,
@@ -29,6 +35,14 @@ impl StoreData {
             host,
         }
     }
+}
+
+/// The guest function running now: when it started, and when it must have
+/// returned (`None`: timeouts disabled).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GuestClock {
+    pub started: Instant,
+    pub deadline: Option<Instant>,
 }
 
 /// WASI preview1 as policy-server gives it: no preopened directories, no

@@ -57,7 +57,7 @@ pub struct Policies {
     pub chains: BTreeMap<String, Vec<Arc<Policy>>>,
 }
 
-/// A body read and checked, ready for the (blocking) evaluation.
+/// A body read and checked, ready for the evaluation.
 #[derive(Debug)]
 pub enum Evaluation {
     Admission {
@@ -173,22 +173,24 @@ impl Policies {
 }
 
 impl Evaluation {
-    /// Runs the policy: blocking, wasm runs here.
-    pub fn run(self, endpoint: Endpoint) -> Value {
+    /// Runs the policy: the guest runs in this future.
+    pub async fn run(self, endpoint: Endpoint) -> Value {
         match self {
             Self::Answered(review) => review,
-            Self::Raw { policy, request } => json!({"response": policy.validate_raw(&request)}),
+            Self::Raw { policy, request } => {
+                json!({"response": policy.validate_raw(&request).await})
+            }
             Self::Chain {
                 policies, request, ..
             } => {
                 let members: Vec<&Policy> = policies.iter().map(AsRef::as_ref).collect();
-                admission_review(&run_chain(&members, &request).response)
+                admission_review(&run_chain(&members, &request).await.response)
             }
             Self::Admission { policy, request } => {
                 let response = match endpoint {
-                    Endpoint::Audit => policy.audit(&request),
+                    Endpoint::Audit => policy.audit(&request).await,
                     Endpoint::Validate | Endpoint::ValidateRaw | Endpoint::Mutate => {
-                        policy.validate(&request)
+                        policy.validate(&request).await
                     }
                 };
                 admission_review(&response)

@@ -1,6 +1,6 @@
 //! The policy server: policy-server's HTTP API (spec §3.3) over plain HTTP
-//! or rustls, with a bounded pool of evaluation workers and a separate
-//! readiness listener.
+//! or rustls, on `workers` threads that both move bytes and run guests,
+//! and a separate readiness listener.
 
 pub mod api;
 pub mod metrics;
@@ -31,7 +31,8 @@ pub struct ServerConfig {
     /// 0 picks a free port (tests).
     pub port: u16,
     pub readiness_port: u16,
-    /// Evaluations running at once; more requests wait for a slot.
+    /// The server's threads; [`ServerConfig::evaluation_slots`] evaluations
+    /// may be under way at once, more wait for a slot.
     pub workers: usize,
     /// Certificate and key (PEM): HTTPS when set.
     pub tls: Option<TlsFiles>,
@@ -44,6 +45,20 @@ pub struct ServerConfig {
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// Evaluations under way per server thread. More than one, so that a guest
+/// spinning until its deadline (yielding at every epoch tick) holds a slot
+/// but not the thread's whole share; bounded, because each holds a pooled
+/// instance.
+const EVALUATIONS_PER_WORKER: usize = 4;
+
+impl ServerConfig {
+    /// How many evaluations may be under way at once: the instance pool
+    /// must have at least as many slots.
+    pub fn evaluation_slots(&self) -> usize {
+        self.workers.max(1) * EVALUATIONS_PER_WORKER
+    }
 }
 
 impl Default for ServerConfig {
@@ -109,11 +124,12 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     let readiness_address = readiness.local_addr().map_err(|e| e.to_string())?;
 
-    // The async side only moves bytes; evaluations run on blocking threads,
-    // at most `workers` at a time.
+    // Guests run on the same threads as the connections, as futures: a
+    // hand-off to a thread pool per request cost a third of the throughput
+    // (docs/benchmarks.md). A guest yields at every epoch tick, so a slow
+    // or hostile one delays the others on its thread by one tick at most.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .max_blocking_threads(config.workers.max(1) + 2)
+        .worker_threads(config.workers.max(1))
         .thread_name("kruise-wasm-http")
         .enable_all()
         .build()
@@ -135,7 +151,7 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
     let metrics = Arc::new(Metrics::default());
     let app = Arc::new(App {
         policies,
-        workers: Semaphore::new(config.workers.max(1)),
+        workers: Semaphore::new(config.evaluation_slots()),
         metrics: Arc::clone(&metrics),
     });
     let router = policy_routes(app, config.max_body_bytes);
@@ -294,7 +310,7 @@ async fn evaluate(
         Ok(evaluation) => evaluation,
         Err(error) => return error_response(&error),
     };
-    // Waiting for a worker holds no thread; the wasm runs on a blocking one.
+    // Waiting for a slot holds no thread.
     let Ok(_permit) = app.workers.acquire().await else {
         return error_response(&ApiError::internal());
     };
@@ -306,16 +322,12 @@ async fn evaluate(
         Evaluation::Answered(_) => None,
     };
     let started = Instant::now();
-    match tokio::task::spawn_blocking(move || evaluation.run(endpoint)).await {
-        Ok(review) => {
-            if let Some(policy) = policy {
-                app.metrics
-                    .record(&policy, &review["response"], started.elapsed());
-            }
-            json_response(StatusCode::OK, &review)
-        }
-        Err(_) => error_response(&ApiError::internal()),
+    let review = evaluation.run(endpoint).await;
+    if let Some(policy) = policy {
+        app.metrics
+            .record(&policy, &review["response"], started.elapsed());
     }
+    json_response(StatusCode::OK, &review)
 }
 
 fn error_response(error: &ApiError) -> Response {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use kruise_wasm_host::runtime::{HostCalls, Runtime, RuntimeConfig};
+use kruise_wasm_host::runtime::{HostCalls, Runtime, RuntimeConfig, block_on};
 use serde_json::{Value, json};
 
 /// Compiled modules are cached on disk across test binaries and runs: a
@@ -154,14 +154,13 @@ pub fn our_call(
     host: HostFn,
 ) -> Result<Vec<u8>, String> {
     let module = runtime().load(wasm).map_err(|e| e.to_string())?;
-    module
-        .call(
-            operation,
-            payload,
-            runtime().limits(Some(kruise_wasm_host::runtime::DEFAULT_TIMEOUT)),
-            Arc::new(FnHost(host)),
-        )
-        .map_err(|e| e.to_string())
+    block_on(module.call(
+        operation,
+        payload,
+        runtime().limits(Some(kruise_wasm_host::runtime::DEFAULT_TIMEOUT)),
+        Arc::new(FnHost(host)),
+    ))
+    .map_err(|e| e.to_string())
 }
 
 pub fn blank_hash_timestamps(metadata: &mut Value) {

@@ -34,6 +34,14 @@ pub const VALIDATE_RESOURCEDISTRIBUTION: PolicyModule = PolicyModule {
     )),
 };
 
+/// Adds the label its settings name: not a product policy but the webhook
+/// host benchmark's subject, the work policy-server was measured with.
+/// Not in [`ALL`], so not exported or deployed.
+pub const BENCH_ADD_LABEL: PolicyModule = PolicyModule {
+    name: "add-label",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/add-label.wasm")),
+};
+
 /// Every policy module. The pod policies come in the order OpenKruise's pod
 /// webhook applies them (injection first, so injected sidecars take part in
 /// launch priority); the ResourceDistribution validation, which sees no
