@@ -68,24 +68,7 @@ fn random_name_suffix() -> String {
         .collect()
 }
 
-#[cfg(target_arch = "wasm32")]
-mod guest {
-    use kubewarden_policy_sdk::wapc_guest as guest;
-
-    /// The host calls this export to let the guest register its operations.
-    #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
-    #[unsafe(no_mangle)]
-    pub extern "C" fn wapc_init() {
-        guest::register_function("validate", |payload| Ok(super::validate(payload)?));
-        guest::register_function("validate_settings", |payload| {
-            Ok(super::validate_settings(payload)?)
-        });
-        guest::register_function(
-            "protocol_version",
-            kubewarden_policy_sdk::protocol_version_guest,
-        );
-    }
-}
+kruise_policy_support::export_policy!(validate: validate, validate_settings: validate_settings);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

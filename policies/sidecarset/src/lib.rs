@@ -143,24 +143,13 @@ pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
 
 #[cfg(target_arch = "wasm32")]
 mod guest {
-    use kubewarden_policy_sdk::wapc_guest as guest;
-
     use crate::cluster::HostCluster;
     use crate::{Environment, respond};
 
-    /// The host calls this export to let the guest register its operations.
-    #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
-    #[unsafe(no_mangle)]
-    pub extern "C" fn wapc_init() {
-        guest::register_function("validate", |payload| Ok(validate(payload)?));
-        guest::register_function("validate_settings", |payload| {
-            Ok(crate::validate_settings(payload)?)
-        });
-        guest::register_function(
-            "protocol_version",
-            kubewarden_policy_sdk::protocol_version_guest,
-        );
-    }
+    kruise_policy_support::export_policy!(
+        validate: validate,
+        validate_settings: crate::validate_settings,
+    );
 
     fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
         let now = crate::clock::now_rfc3339();

@@ -7,6 +7,34 @@ use kubewarden_policy_sdk::request::{KubernetesAdmissionRequest, ValidationReque
 use kubewarden_policy_sdk::response::ValidationResponse;
 use serde::de::DeserializeOwned;
 
+/// The SDK, for [`export_policy!`] expanded in the policy crates.
+pub use kubewarden_policy_sdk;
+
+/// Exports the guest entry point every policy has: a `wapc_init` that
+/// registers the policy's `validate` and `validate_settings` operations
+/// (each `fn(&[u8]) -> Result<Vec<u8>, String>`) and the SDK's
+/// `protocol_version`. Expands to nothing outside wasm.
+#[macro_export]
+macro_rules! export_policy {
+    (validate: $validate:path, validate_settings: $validate_settings:path $(,)?) => {
+        /// The host calls this export to let the guest register its operations.
+        #[cfg(target_arch = "wasm32")]
+        #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
+        #[unsafe(no_mangle)]
+        pub extern "C" fn wapc_init() {
+            use $crate::kubewarden_policy_sdk::wapc_guest::register_function;
+            register_function("validate", |payload| Ok($validate(payload)?));
+            register_function("validate_settings", |payload| {
+                Ok($validate_settings(payload)?)
+            });
+            register_function(
+                "protocol_version",
+                $crate::kubewarden_policy_sdk::protocol_version_guest,
+            );
+        }
+    };
+}
+
 /// The largest request a policy reads. etcd keeps objects under 1.5 MiB; a
 /// request carries at most the object and its old version, plus settings.
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
