@@ -20,15 +20,16 @@ pub struct RuntimeConfig {
     /// seconds.
     pub epoch_tick: Duration,
     /// Instances that can be alive at once (pool slots). Every evaluation
-    /// holds one for its duration; on 2 cores the worker pool keeps only a
-    /// few busy, and 64 leaves room for guests stuck until their deadline.
+    /// holds one for its duration; the server lets four evaluations per
+    /// thread be under way (`ServerConfig::evaluation_slots`, which `serve`
+    /// sizes the pool for), and 64 covers that up to 16 threads.
     /// A slot costs address space, not memory: 64 × (4 GiB reservation +
     /// 32 MiB guard) ≈ 260 GiB of `PROT_NONE` mappings, no RSS.
     pub max_instances: u32,
     /// The largest linear memory any instance may reach; a policy's own cap
     /// ([`super::Limits::memory_bytes`]) can only be lower. Our policies
-    /// use a few MiB; 256 MiB leaves room for large admission objects and
-    /// for policies in Go.
+    /// use under half a MiB; 256 MiB leaves room for large admission
+    /// objects and for policies in Go.
     pub max_memory_bytes: usize,
     /// Bytes of each memory slot reset in place (with Linux's
     /// `PAGEMAP_SCAN`: only the pages ever touched, rewritten from the
@@ -38,7 +39,9 @@ pub struct RuntimeConfig {
     /// shootdown across the cores: measured, that halved throughput
     /// (docs/benchmarks.md). 16 MiB holds the whole working set of our
     /// policies (stack, data and heap); what stays resident is only what
-    /// guests touched, in the few slots the worker pool keeps busy.
+    /// guests touched, in the slots in use. Every touched page is reset
+    /// after every evaluation (the scan cannot tell which were dirtied this
+    /// time), which is why our policies are linked with a small stack.
     pub keep_resident_bytes: usize,
     /// Where compiled modules are kept between processes (absolute path);
     /// `None` compiles every module in every process. Needs the
