@@ -10,7 +10,6 @@
 #[allow(dead_code)]
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -20,7 +19,7 @@ use kruise_devcluster::{DevCluster, Options};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{Recorder, set_image, wait_for_columns};
+use support::{Recorder, pods_by_name, set_image, wait_for_columns};
 
 fn cloneset() -> CloneSet {
     serde_json::from_value(json!({
@@ -63,14 +62,7 @@ async fn a_restart_and_conflicting_writers_lose_nothing() {
     wait_for_columns(&api, "steady", [5, 5, 5, 5, 5]).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let selector = ListParams::default().labels("app=steady");
-    let before: BTreeMap<String, Pod> = pods
-        .list(&selector)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| (p.name_any(), p))
-        .collect();
+    let before = pods_by_name(&client, "steady").await;
 
     // Another writer touching every pod all the time.
     let chaos = {

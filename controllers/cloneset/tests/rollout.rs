@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use kruise_devcluster::{DevCluster, Options};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::{Recorder, example, kubectl, set_image, wait_for_columns};
+use support::{Recorder, example, kubectl, pods_by_name, set_image, wait_for_columns};
 
 #[tokio::test]
 async fn clonesets_roll_out_on_the_dev_cluster() {
@@ -123,14 +122,7 @@ async fn in_place_with_surge(client: &Client, api: &Api<CloneSet>) {
     wait_for_columns(api, "demo-inplace", [5, 5, 5, 5, 5]).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let selector = ListParams::default().labels("app=demo-inplace");
-    let before: BTreeMap<String, Pod> = pods
-        .list(&selector)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| (p.name_any(), p))
-        .collect();
+    let before = pods_by_name(client, "demo-inplace").await;
 
     set_image(api, "demo-inplace", "nginx:1.9.1").await;
     wait_for_columns(api, "demo-inplace", [5, 5, 5, 5, 5]).await;

@@ -13,7 +13,8 @@ mod support;
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use kruise_core::cloneset::container_status as container;
 use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode, leftovers};
 use kruise_devcluster::{DevCluster, Options};
 use kube::Api;
@@ -39,15 +40,6 @@ fn pod(name: &str, node: &str, containers: &serde_json::Value) -> Pod {
         },
     }))
     .unwrap()
-}
-
-fn container<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == name)
 }
 
 fn running(pod: &Pod, name: &str) -> bool {

@@ -8,6 +8,7 @@
 mod support;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use kruise_core::cloneset::container_status as container;
 use kruise_devcluster::simnode::{READY_AFTER_SECONDS, SimNodes};
 use kruise_devcluster::{DevCluster, Options};
 use kube::Api;
@@ -50,18 +51,6 @@ fn condition(pod: &Pod, kind: &str) -> Option<String> {
         .iter()
         .find(|c| c.type_ == kind)
         .map(|c| c.status.clone())
-}
-
-fn container<'a>(
-    pod: &'a Pod,
-    name: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == name)
 }
 
 #[tokio::test]

@@ -37,7 +37,8 @@ pub use plan::{
     InPlaceCompletion, InPlaceUpdate, LifecycleChange, Plan, PlanError, PodCreation, Stage,
 };
 pub use pod_state::{
-    LifecycleState, is_active, is_at_revision, is_available, is_running_and_ready,
+    LifecycleState, condition, container_status, has_ready_condition, is_active, is_at_revision,
+    is_available, is_running_and_ready,
 };
 pub use settings::Settings;
 pub use sort::{active_pods_order, scatter, sort_by_priority, sort_for_scale_in};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -22,11 +22,18 @@ pub fn example(name: &str) -> CloneSet {
     serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-pub fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+pub use kruise_core::cloneset::has_ready_condition as ready;
+
+/// The pods with `app=<app>` in `default`, by name.
+pub async fn pods_by_name(client: &Client, app: &str) -> BTreeMap<String, Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect()
 }
 
 /// Every pod state the API server shows, as (active pods, ready pods)

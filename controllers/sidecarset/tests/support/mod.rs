@@ -231,33 +231,10 @@ pub fn container_image<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
         .as_deref()
 }
 
-pub fn status_of<'a>(
-    pod: &'a Pod,
-    name: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|s| s.name == name)
-}
-
-pub fn condition<'a>(
-    pod: &'a Pod,
-    type_: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
-pub fn is_ready(pod: &Pod) -> bool {
-    condition(pod, "Ready").is_some_and(|c| c.status == "True")
-}
+#[allow(unused_imports)] // each test binary uses its own part of this module
+pub use kruise_core::cloneset::{
+    condition, container_status as status_of, has_ready_condition as is_ready,
+};
 
 /// Ready, and every container runs the image its spec names and is ready.
 pub fn is_available(pod: &Pod) -> bool {

@@ -1,6 +1,6 @@
 //! What the planner reads off a pod (spec 03 §6.1, §7; index §1.3).
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{
@@ -87,6 +87,16 @@ pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
+}
+
+/// The status kubelet reports for the container `name`.
+pub fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == name)
 }
 
 /// The Ready condition is True (the k8s notion, used by the sort orders).
@@ -179,4 +189,28 @@ pub fn max_restarts(pod: &Pod) -> i32 {
 
 pub fn created_at(pod: &Pod) -> Option<Timestamp> {
     pod.metadata.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_statuses_and_conditions_are_found_by_name() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {"name": "a", "image": "a:1", "imageID": "", "ready": true, "restartCount": 2},
+                ],
+            },
+        }))
+        .unwrap();
+        assert_eq!(container_status(&pod, "a").unwrap().restart_count, 2);
+        assert!(container_status(&pod, "b").is_none());
+        assert!(container_status(&Pod::default(), "a").is_none());
+        assert!(has_ready_condition(&pod));
+        assert!(condition(&pod, "PodScheduled").is_none());
+    }
 }
