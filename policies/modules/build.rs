@@ -21,7 +21,7 @@ const POLICIES: &[(&str, &str)] = &[
 
 const TARGET: &str = "wasm32-wasip1";
 const GUEST_STACK_BYTES: usize = 256 << 10;
-const PROFILE: &str = "wasm-release";
+const PROFILE: &str = "wasm-policy";
 const METADATA_SECTION: &str = "io.kubewarden.metadata";
 
 fn main() {
@@ -41,6 +41,8 @@ fn run() -> Result<(), String> {
         "policies/core",
         "policies/support",
         "Cargo.lock",
+        // The workspace manifest: the wasm-policy profile lives there.
+        "Cargo.toml",
     ] {
         println!(
             "cargo::rerun-if-changed={}",
