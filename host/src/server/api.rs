@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::admission::{AdmissionRequest, AdmissionResponse, admission_review};
 use crate::chain::run_chain;
 use crate::policy::Policy;
+use crate::server::body;
 
 /// Which endpoint: `/validate` enforces the policy's configuration,
 /// `/audit` reports its bare verdict, `/validate_raw` takes any JSON,
@@ -30,7 +31,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: u16, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -101,44 +102,25 @@ impl Policies {
                 "Expected request with `Content-Type: application/json`",
             ));
         }
-        let document: Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::new(
-                400,
-                format!("Failed to parse the request body as JSON: {e}"),
-            )
-        })?;
-        let unprocessable = |message: String| ApiError::new(422, message);
-        let Value::Object(mut document) = document else {
-            return Err(unprocessable("the body must be a JSON object".to_owned()));
-        };
-        let request = document
-            .remove("request")
-            .filter(|r| !r.is_null())
-            .ok_or_else(|| unprocessable("the body has no `request`".to_owned()))?;
         if let Target::Raw(policy) = target {
+            let request = body::raw_request(body)?;
             return Ok(Evaluation::Raw { policy, request });
         }
-        if let Some(kind) = document
-            .get("kind")
-            .and_then(Value::as_str)
-            .filter(|k| *k != "AdmissionReview")
-        {
-            return Err(unprocessable(format!(
-                "expected an AdmissionReview, got a {kind}"
-            )));
-        }
-        let request: AdmissionRequest = serde_json::from_value(request)
-            .map_err(|e| unprocessable(format!("invalid AdmissionRequest: {e}")))?;
+        Ok(self.admit(target, id, body::admission_request(body)?))
+    }
+
+    /// The evaluation of a request read and checked.
+    fn admit(&self, target: Target, id: &str, request: AdmissionRequest) -> Evaluation {
         if request.namespace.is_some() && request.namespace == self.always_accept_namespace {
             let accepted = AdmissionResponse {
                 uid: request.uid,
                 allowed: true,
                 ..AdmissionResponse::default()
             };
-            return Ok(Evaluation::Answered(admission_review(&accepted)));
+            return Evaluation::Answered(admission_review(&accepted));
         }
         let request = Box::new(request);
-        Ok(match target {
+        match target {
             Target::Chain(policies) => Evaluation::Chain {
                 label: format!("chain/{id}"),
                 policies,
@@ -147,7 +129,7 @@ impl Policies {
             Target::Raw(policy) | Target::Policy(policy) => {
                 Evaluation::Admission { policy, request }
             }
-        })
+        }
     }
 
     fn target(&self, endpoint: Endpoint, id: &str) -> Result<Target, ApiError> {

@@ -3,6 +3,7 @@
 //! and a separate readiness listener.
 
 pub mod api;
+mod body;
 pub mod metrics;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
