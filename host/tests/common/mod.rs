@@ -169,12 +169,19 @@ pub fn blank_hash_timestamps(metadata: &mut Value) {
 
 /// The policy modules as files, as a user would have them.
 pub fn module_file(module: &kruise_policy_modules::PolicyModule) -> PathBuf {
+    // Written once per content: tests in parallel must not see a half file,
+    // and each writer (test binaries, and threads within one) has its own.
+    static WRITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("modules");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}.wasm", module.name));
-    // Written once per content: tests in parallel must not see a half file.
     if std::fs::read(&path).ok().as_deref() != Some(module.wasm) {
-        let partial = dir.join(format!("{}.{}.part", module.name, std::process::id()));
+        let writer = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = dir.join(format!(
+            "{}.{}.{writer}.part",
+            module.name,
+            std::process::id()
+        ));
         std::fs::write(&partial, module.wasm).unwrap();
         std::fs::rename(&partial, &path).unwrap();
     }
