@@ -239,6 +239,36 @@ fn start_runs_before_wapc_init_on_every_fresh_instance() {
 }
 
 #[test]
+fn no_memory_survives_between_evaluations() {
+    // Each call reports what a fresh instance must see (a zero page, the
+    // data segment, two pages, another zero byte), then dirties all of it
+    // and grows the memory. Slots are reused and reset in place (only the
+    // pages present), so every call must still see the module's image.
+    let wat = r#"(module
+        (import "wapc" "__guest_response" (func $response (param i32 i32)))
+        (memory (export "memory") 2)
+        (data (i32.const 65636) "image")
+        (func (export "__guest_call") (param i32 i32) (result i32)
+          (i32.store8 (i32.const 8) (i32.add (i32.const 48) (i32.load8_u (i32.const 70000))))
+          (i32.store8 (i32.const 9) (i32.load8_u (i32.const 65636)))
+          (i32.store8 (i32.const 10) (i32.add (i32.const 48) (memory.size)))
+          (i32.store8 (i32.const 11) (i32.add (i32.const 48) (i32.load8_u (i32.const 100))))
+          (i32.store8 (i32.const 70000) (i32.const 7))
+          (i32.store8 (i32.const 65636) (i32.const 88))
+          (i32.store8 (i32.const 100) (i32.const 5))
+          (drop (memory.grow (i32.const 1)))
+          (i32.store8 (i32.const 131172) (i32.const 9))
+          (call $response (i32.const 8) (i32.const 4))
+          (i32.const 1)))"#;
+    let module = runtime().load(&wasm(wat)).expect("the module loads");
+    for _ in 0..5 {
+        let answer =
+            block_on(module.call("validate", b"{}", limits(1000, 16), Arc::new(NoHostCalls)));
+        assert_eq!(answer.unwrap(), b"0i20");
+    }
+}
+
+#[test]
 fn guest_request_writes_the_operation_first_then_the_payload() {
     // The guest asks for the operation at 0 and the payload right after it,
     // then answers that whole range.
