@@ -22,6 +22,7 @@ pub use host_calls::{HostCalls, NoHostCalls};
 pub use module::{CompiledModule, DEFAULT_TIMEOUT, Digest, Limits};
 
 use engine::EpochTicker;
+use store_data::StoreData;
 
 /// Runs an evaluation to completion on the calling thread, for callers
 /// outside the server (the CLI, start-up checks, tests). Nothing in an
@@ -29,7 +30,6 @@ use engine::EpochTicker;
 pub fn block_on<F: Future>(future: F) -> F::Output {
     futures::executor::block_on(future)
 }
-use store_data::StoreData;
 
 /// The engine, the linker every module is instantiated against, and the
 /// modules compiled so far.

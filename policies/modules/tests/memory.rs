@@ -1,8 +1,9 @@
-//! Every page of a guest's linear memory is reset after each evaluation
-//! (docs/benchmarks.md, "Webhook host"), so a fresh instance costs in
-//! proportion to the memory a module starts with. Ours are linked with a
-//! 256 KiB shadow stack (build.rs) instead of Rust's 1 MiB default; this
-//! keeps them there.
+//! After each evaluation the host resets every page of a guest's linear
+//! memory that is present (docs/benchmarks.md, "Webhook host"), and all of
+//! it on kernels without `PAGEMAP_SCAN`, so a fresh instance costs in
+//! proportion to the memory a module starts with and touches. Ours are
+//! linked with a 256 KiB shadow stack (build.rs) instead of Rust's 1 MiB
+//! default; this keeps them there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
