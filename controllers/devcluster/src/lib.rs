@@ -16,6 +16,7 @@ mod ports;
 mod process;
 pub mod realnode;
 pub mod simnode;
+pub mod wait;
 
 pub use binaries::{Binaries, BuildError};
 pub use cluster::{DevCluster, Options, StartError};

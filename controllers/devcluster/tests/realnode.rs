@@ -9,18 +9,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kruise_core::cloneset::container_status as container;
 use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode, leftovers};
+use kruise_devcluster::wait::wait_for;
 use kruise_devcluster::{DevCluster, Options};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::wait_for;
 
 const NAMESPACE: &str = "real";
 

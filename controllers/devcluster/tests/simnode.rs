@@ -5,16 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kruise_core::cloneset::container_status as container;
 use kruise_devcluster::simnode::{READY_AFTER_SECONDS, SimNodes};
+use kruise_devcluster::wait::wait_for;
 use kruise_devcluster::{DevCluster, Options};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::wait_for;
 
 fn pod(name: &str, extra: serde_json::Value) -> Pod {
     let mut pod = json!({
@@ -191,10 +189,27 @@ async fn config_barrier(pods: &Api<Pod>, client: &kube::Client) {
         serde_json::from_value(json!({"metadata": {"name": "barrier"}, "data": {"go": "yes"}}))
             .unwrap();
     config_maps.create(&post, &config).await.unwrap();
-    wait_for(pods, "barrier", "app started once the key exists", |p| {
-        container(p, "app")?.ready.then_some(())
+    let running = wait_for(pods, "barrier", "app started once the key exists", |p| {
+        let app = container(p, "app")?;
+        app.ready.then(|| app.container_id.clone())
     })
     .await;
+    // As kubelet, the configuration is resolved only to create a
+    // container: deleting the ConfigMap leaves the running one alone.
+    config_maps
+        .delete("barrier", &DeleteParams::default())
+        .await
+        .unwrap();
+    // A pod event makes the agent look at the pod again.
+    let touch = Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}));
+    pods.patch("barrier", &PatchParams::default(), &touch)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let pod = pods.get("barrier").await.unwrap();
+    let app = container(&pod, "app").unwrap();
+    assert!(app.ready, "{app:?}");
+    assert_eq!(app.container_id, running);
 }
 
 /// Graceful deletion completes: the agent makes kubelet's final delete.

@@ -4,8 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod support;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -13,28 +14,7 @@ use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples")
-}
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let output = kubectl_output(kubeconfig, args);
-    assert!(
-        output.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn kubectl_output(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs")
-}
+use support::{examples, kubectl, kubectl_output};
 
 fn container_names(pod: &Value) -> Vec<&str> {
     pod["spec"]["containers"]

@@ -115,7 +115,7 @@ pub(crate) async fn reconcile(
             example,
         });
     }
-    context.reset_backoff(&name);
+    context.backoff.reset(&name);
     Ok(Action::await_change())
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn error_policy(
     context: Arc<Context>,
 ) -> Action {
     let name = distribution.metadata.name.as_deref().unwrap_or_default();
-    let delay = context.next_backoff(name);
+    let delay = context.backoff.next(name);
     tracing::warn!(distribution = name, %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -142,6 +142,6 @@ async fn invalid(context: &Context, distribution: &ResourceDistribution, message
         "cannot distribute; waiting for a new spec"
     );
     events::invalid_spec(context, distribution, message).await;
-    context.reset_backoff(name);
+    context.backoff.reset(name);
     Action::await_change()
 }

@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -15,12 +13,12 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kruise_api::ResourceDistribution;
 use kruise_core::resourcedistribution::RESOURCE_HASH_ANNOTATION;
+use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_resourcedistribution_controller::run;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::{eventually, wait_for};
 
 const NAME: &str = "pull-secret";
 const SECRET: &str = "registry";

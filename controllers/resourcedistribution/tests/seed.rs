@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -22,12 +20,12 @@ use kruise_core::resourcedistribution::{
     MESSAGE_CONFLICT, MESSAGE_NAMESPACE_NOT_EXISTS, RESOURCE_FROM_ANNOTATION,
     RESOURCE_HASH_ANNOTATION, go_json, resource_hash,
 };
+use kruise_devcluster::wait::{eventually, wait_for, wait_gone};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_resourcedistribution_controller::{CONTROLLER_NAME, run};
 use kube::api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
-use support::{eventually, wait_for, wait_gone};
 
 const SEED: &str = include_str!("../../../policies/fixtures/examples/resourcedistribution.yaml");
 const NAME: &str = "sample";

@@ -4,7 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMapKeySelector, EnvVar, EnvVarSource, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapKeySelector, Container, EnvVar, EnvVarSource, Pod,
+};
+
+use crate::cloneset::condition;
 
 pub const PRIORITY_ANNOTATION: &str = "apps.kruise.io/container-launch-priority";
 pub const ORDERED: &str = "Ordered";
@@ -164,19 +168,31 @@ pub fn pending_priorities(pod: &Pod) -> Vec<i64> {
     let mut pending: Vec<i64> = containers
         .iter()
         .filter(|c| !ready.get(c.name.as_str()).copied().unwrap_or(false))
-        .filter_map(|c| {
-            let barrier = c.env.iter().flatten().find(|e| e.name == BARRIER_ENV)?;
-            let key = &barrier
-                .value_from
-                .as_ref()?
-                .config_map_key_ref
-                .as_ref()?
-                .key;
-            priority_of_key(key)
-        })
+        .filter_map(|c| priority_of_key(barrier_key_of(c)?))
         .collect();
     pending.sort_unstable();
     pending
+}
+
+/// The key of the barrier ConfigMap a container waits for.
+fn barrier_key_of(container: &Container) -> Option<&str> {
+    let barrier = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == BARRIER_ENV)?;
+    let reference = barrier.value_from.as_ref()?.config_map_key_ref.as_ref()?;
+    Some(&reference.key)
+}
+
+/// The names of the containers that `key` releases.
+pub fn containers_gated_on<'a>(pod: &'a Pod, key: &str) -> Vec<&'a str> {
+    pod.spec
+        .iter()
+        .flat_map(|spec| &spec.containers)
+        .filter(|c| barrier_key_of(c) == Some(key))
+        .map(|c| c.name.as_str())
+        .collect()
 }
 
 /// What the barrier controller does next for a pod.
@@ -212,6 +228,83 @@ pub fn next_barrier_step<'a>(
         BarrierStep::ReleaseLast(key)
     } else {
         BarrierStep::Release(key)
+    }
+}
+
+/// The controller has marked this pod: every level is released.
+pub fn is_completed(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(COMPLETED_ANNOTATION))
+        .is_some_and(|v| v == "true")
+}
+
+/// Whether the barrier controller has work for this pod, judged from the
+/// pod alone (OpenKruise's enqueue filter less its ConfigMap check): not
+/// marked completed, `ContainersReady` not True, and some gated container
+/// not ready.
+pub fn awaits_barrier(pod: &Pod) -> bool {
+    !is_completed(pod)
+        && condition(pod, "ContainersReady").is_none_or(|c| c.status != "True")
+        && !pending_priorities(pod).is_empty()
+}
+
+/// What the barrier controller does for a pod, given its `<pod>-barrier`
+/// ConfigMap as read now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BarrierPlan {
+    /// Nothing: the pod is not gated, already completed, or ready.
+    Ignore,
+    /// Create the ConfigMap, empty and owned by the pod.
+    Create,
+    /// The ConfigMap belongs to an earlier pod of the same name (deleted and
+    /// created again before the garbage collector removed it): delete the
+    /// ConfigMap with this uid, so that its keys release nothing early.
+    ReplaceStale { uid: String },
+    /// Release (or wait, or complete) as [`next_barrier_step`] says.
+    Step(BarrierStep),
+}
+
+pub fn plan_barrier(pod: &Pod, config_map: Option<&ConfigMap>) -> BarrierPlan {
+    if !awaits_barrier(pod) {
+        return BarrierPlan::Ignore;
+    }
+    let Some(config_map) = config_map else {
+        return BarrierPlan::Create;
+    };
+    if let Some(uid) = stale_config_map_uid(pod, config_map) {
+        return BarrierPlan::ReplaceStale { uid };
+    }
+    let keys = config_map.data.iter().flat_map(|data| data.keys());
+    BarrierPlan::Step(next_barrier_step(
+        &pending_priorities(pod),
+        keys.map(String::as_str),
+    ))
+}
+
+/// The ConfigMap's uid when it is owned by another pod of this pod's name
+/// and not by this pod. A ConfigMap with no pod owner (made by hand) is
+/// used as it is, as OpenKruise does.
+fn stale_config_map_uid(pod: &Pod, config_map: &ConfigMap) -> Option<String> {
+    let pod_uid = pod.metadata.uid.as_deref()?;
+    let pod_name = pod.metadata.name.as_deref()?;
+    let owners = config_map
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    let pod_owners = || {
+        owners
+            .iter()
+            .filter(|o| o.kind == "Pod" && o.api_version == "v1")
+    };
+    let owned_by_this_pod = pod_owners().any(|o| o.uid == pod_uid);
+    let owned_by_a_namesake = pod_owners().any(|o| o.name == pod_name && o.uid != pod_uid);
+    if owned_by_a_namesake && !owned_by_this_pod {
+        config_map.metadata.uid.clone()
+    } else {
+        None
     }
 }
 

@@ -218,7 +218,15 @@ fn container_status(
 ) -> (ContainerStatus, Option<Duration>) {
     let now = observation.now;
     let image = container.image.clone().unwrap_or_default();
-    if let Some(message) = observation.blocked.get(&container.name) {
+    let running_since = previous.and_then(|p| {
+        let since = p.state.as_ref()?.running.as_ref()?.started_at.clone()?;
+        (p.image == image).then_some((since, p))
+    });
+    // kubelet resolves a container's configuration only to create it: a
+    // running container keeps running when its ConfigMap key goes away.
+    if running_since.is_none()
+        && let Some(message) = observation.blocked.get(&container.name)
+    {
         // kubelet keeps what ran before (an in-place restart that cannot
         // be configured stays down) and retries.
         let restarts = previous.map_or(0, |p| p.restart_count);
@@ -233,10 +241,6 @@ fn container_status(
     if knobs.crash_loop.contains(&container.name) {
         return crash_looping(uid, container, previous, now);
     }
-    let running_since = previous.and_then(|p| {
-        let since = p.state.as_ref()?.running.as_ref()?.started_at.clone()?;
-        (p.image == image).then_some((since, p))
-    });
     let (started_at, restarts, last_state) = match (running_since, previous) {
         (Some((since, p)), _) => (since, p.restart_count, p.last_state.clone()),
         // Running with another image: the image was changed in place, so

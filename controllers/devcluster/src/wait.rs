@@ -1,6 +1,5 @@
-//! Waiting on the dev cluster. Each test binary uses some of these.
-
-#![allow(dead_code)]
+//! Waiting on the dev cluster, for the end-to-end tests of every crate:
+//! each helper polls, and fails the test with the last state it saw.
 
 use std::fmt::Debug;
 use std::future::Future;

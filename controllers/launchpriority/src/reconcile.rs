@@ -1,0 +1,204 @@
+//! One round for one pod: read, plan, write.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kruise_controller_runtime::api_error::{is_already_exists, is_conflict, is_not_found};
+use kruise_core::launch_priority::{
+    BarrierPlan, BarrierStep, COMPLETED_ANNOTATION, awaits_barrier, barrier_config_map_name,
+    containers_gated_on, plan_barrier,
+};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::Instrument;
+
+use crate::{CONTROLLER_NAME, Context, RESYNC, pod_key};
+
+/// Plans in one round at most: a create or a stale replacement is followed
+/// by a fresh read and plan; anything left waits for the next round.
+const PLANS_PER_ROUND: usize = 3;
+
+/// A read or write the round could not do; the pod is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct Error {
+    action: &'static str,
+    source: kube::Error,
+}
+
+fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error { action, source }
+}
+
+pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+    // Most pods are not gated, or done: decided from the watch cache alone.
+    if !awaits_barrier(&pod) {
+        return Ok(Action::await_change());
+    }
+    let key = pod_key(&pod);
+    let span = tracing::info_span!("reconcile", controller = CONTROLLER_NAME, pod = %key);
+    let action = round(&pod, &context).instrument(span).await?;
+    context.backoff.reset(&key);
+    Ok(action)
+}
+
+async fn round(cached: &Pod, context: &Context) -> Result<Action, Error> {
+    let namespace = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let config_maps: Api<ConfigMap> = Api::namespaced(context.client.clone(), &namespace);
+    let barrier_name = barrier_config_map_name(&name);
+    // Fresh reads: the cache may lag behind kubelet's readiness reports.
+    let Some(pod) = pods.get_opt(&name).await.map_err(failed("read the pod"))? else {
+        return Ok(Action::await_change());
+    };
+    for _ in 0..PLANS_PER_ROUND {
+        let barrier = config_maps
+            .get_opt(&barrier_name)
+            .await
+            .map_err(failed("read the barrier ConfigMap"))?;
+        match plan_barrier(&pod, barrier.as_ref()) {
+            BarrierPlan::Ignore => return Ok(Action::await_change()),
+            BarrierPlan::Create => create_barrier(&config_maps, &pod, &barrier_name).await?,
+            BarrierPlan::ReplaceStale { uid } => {
+                delete_stale(&config_maps, &barrier_name, uid).await?;
+                context
+                    .events
+                    .warning(
+                        &pod.object_ref(&()),
+                        "StaleBarrierReplaced",
+                        "Replace",
+                        &format!("{barrier_name} belonged to an earlier pod of this name"),
+                    )
+                    .await;
+            }
+            BarrierPlan::Step(step) => {
+                return execute_step(context, &pods, &config_maps, &pod, barrier, step).await;
+            }
+        }
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn execute_step(
+    context: &Context,
+    pods: &Api<Pod>,
+    config_maps: &Api<ConfigMap>,
+    pod: &Pod,
+    barrier: Option<ConfigMap>,
+    step: BarrierStep,
+) -> Result<Action, Error> {
+    let (key, last) = match step {
+        BarrierStep::Wait => return Ok(Action::requeue(RESYNC)),
+        BarrierStep::Complete => {
+            mark_completed(pods, pod).await?;
+            return Ok(Action::await_change());
+        }
+        BarrierStep::Release(key) => (key, false),
+        BarrierStep::ReleaseLast(key) => (key, true),
+    };
+    let barrier = barrier.unwrap_or_default();
+    release(config_maps, &barrier, &key).await?;
+    let note = format!(
+        "released {key}: {} may start",
+        containers_gated_on(pod, &key).join(", ")
+    );
+    context
+        .events
+        .normal(&pod.object_ref(&()), "PriorityReleased", "Release", &note)
+        .await;
+    if last {
+        mark_completed(pods, pod).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The empty ConfigMap, owned (not controlled) by the pod, as OpenKruise
+/// makes it. Someone else having made it first is fine.
+async fn create_barrier(config_maps: &Api<ConfigMap>, pod: &Pod, name: &str) -> Result<(), Error> {
+    let owner = OwnerReference {
+        api_version: "v1".to_owned(),
+        kind: "Pod".to_owned(),
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    };
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    let params = PostParams {
+        field_manager: Some(CONTROLLER_NAME.to_owned()),
+        ..PostParams::default()
+    };
+    match config_maps.create(&params, &config_map).await {
+        Err(error) if !is_already_exists(&error) => {
+            Err(failed("create the barrier ConfigMap")(error))
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn delete_stale(config_maps: &Api<ConfigMap>, name: &str, uid: String) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match config_maps.delete(name, &params).await {
+        // Gone already, or replaced by someone else: the next plan sees it.
+        Err(error) if !is_not_found(&error) && !is_conflict(&error) => {
+            Err(failed("delete a stale barrier ConfigMap")(error))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Adds `key` to the ConfigMap read in this round; its uid in the patch
+/// makes the API server refuse it if the ConfigMap was replaced meanwhile.
+async fn release(
+    config_maps: &Api<ConfigMap>,
+    barrier: &ConfigMap,
+    key: &str,
+) -> Result<(), Error> {
+    let patch = json!({
+        "metadata": {"uid": barrier.metadata.uid},
+        "data": {key: "true"},
+    });
+    config_maps
+        .patch(&barrier.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(failed("release a priority level"))
+}
+
+async fn mark_completed(pods: &Api<Pod>, pod: &Pod) -> Result<(), Error> {
+    let patch = json!({
+        "metadata": {
+            "uid": pod.metadata.uid,
+            "annotations": {COMPLETED_ANNOTATION: "true"},
+        },
+    });
+    pods.patch(&pod.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(failed("mark the pod completed"))
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CONTROLLER_NAME.to_owned()),
+        ..PatchParams::default()
+    }
+}

@@ -1,0 +1,30 @@
+//! What the manager's end-to-end tests share: the user's examples and
+//! kubectl against the dev cluster. Each test binary uses some of these.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples")
+}
+
+/// Runs kubectl and fails the test on a non-zero exit; its stdout.
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let output = kubectl_output(kubeconfig, args);
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn kubectl_output(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs")
+}

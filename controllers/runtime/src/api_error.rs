@@ -1,0 +1,21 @@
+//! The API answers a controller branches on rather than fails on.
+
+/// 404: the object is gone (or never was).
+pub fn is_not_found(error: &kube::Error) -> bool {
+    has_code(error, 404)
+}
+
+/// 409 on a write: someone else changed the object first (or, on a
+/// create, it exists already: see [`is_already_exists`]).
+pub fn is_conflict(error: &kube::Error) -> bool {
+    has_code(error, 409)
+}
+
+/// 409 with reason `AlreadyExists`: a create found the name taken.
+pub fn is_already_exists(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists")
+}
+
+fn has_code(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
