@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 
 use guest::{Guest, custom_sections, validation_request};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kruise_api::SidecarSet;
 use kruise_policy_modules::SIDECARSET;
-use kruise_policy_sidecarset::cluster::{list_items, read_sidecar_set};
-use kruise_policy_sidecarset::{Cluster, Environment, NoCluster, Settings, evaluate};
+use kruise_policy_sidecarset::cluster::read_sidecar_sets;
+use kruise_policy_sidecarset::{
+    Cluster, Environment, ListedSidecarSets, NoCluster, Settings, evaluate,
+};
 use serde_json::{Value, json};
 
 fn cases() -> Vec<(String, Value)> {
@@ -83,14 +84,14 @@ impl CaseCluster {
 }
 
 impl Cluster for CaseCluster {
-    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String> {
+    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
         let list = self.host_call(
             "kubewarden",
             "kubernetes",
             "list_resources_all",
             br#"{"kind":"SidecarSet"}"#,
         )?;
-        list_items(&serde_json::from_slice(&list).unwrap(), read_sidecar_set)
+        read_sidecar_sets(&serde_json::from_slice(&list).unwrap())
     }
     fn namespace_labels(&self, _: &str) -> Result<BTreeMap<String, String>, String> {
         Ok(serde_json::from_value(self.case["namespaceLabels"].clone()).unwrap_or_default())

@@ -11,9 +11,31 @@ use serde_json::{Value, json};
 pub const KRUISE_NAMESPACE: &str = "kruise-system";
 const SIDECARSET_NAME_LABEL: &str = "kruise.io/sidecarset-name";
 
+/// The SidecarSets of the cluster: those that could be read, and a message
+/// for each that could not (stored before a validating webhook existed, or
+/// by an older version). One unreadable SidecarSet must not stop pods.
+#[derive(Debug, Default)]
+pub struct ListedSidecarSets {
+    pub readable: Vec<SidecarSet>,
+    pub unreadable: Vec<String>,
+}
+
+/// Reads a Kubernetes `List` of SidecarSets, setting aside the items that
+/// do not parse. Only an answer that is not a List at all is an error.
+pub fn read_sidecar_sets(list: &Value) -> Result<ListedSidecarSets, String> {
+    let mut listed = ListedSidecarSets::default();
+    for item in list_items(list, Ok)? {
+        match read_sidecar_set(item) {
+            Ok(sidecar_set) => listed.readable.push(sidecar_set),
+            Err(message) => listed.unreadable.push(message),
+        }
+    }
+    Ok(listed)
+}
+
 /// The cluster state injection reads.
 pub trait Cluster {
-    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String>;
+    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String>;
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String>;
     fn sidecar_set_revisions(&self, sidecar_set: &str) -> Result<Vec<ControllerRevision>, String>;
 }
@@ -23,7 +45,7 @@ pub trait Cluster {
 pub struct NoCluster;
 
 impl Cluster for NoCluster {
-    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String> {
+    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
         Err("no sidecarSets in the settings and no cluster to read them from".to_owned())
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
@@ -101,9 +123,9 @@ impl HostCluster {
 
 #[cfg(target_arch = "wasm32")]
 impl Cluster for HostCluster {
-    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String> {
+    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
         let list = Self::call("list_resources_all", &requests::list_sidecar_sets())?;
-        list_items(&list, read_sidecar_set)
+        read_sidecar_sets(&list)
     }
 
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {

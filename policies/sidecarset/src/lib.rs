@@ -8,12 +8,13 @@ mod settings;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
-use kruise_policy_support::{Outcome, pod_to_create, read_request, read_settings};
+use kruise_policy_support::{Answer, Outcome, pod_to_create, read_request, read_settings};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
-pub use cluster::{Cluster, NoCluster};
+pub use cluster::{Cluster, ListedSidecarSets, NoCluster};
 pub use settings::{Settings, prepare};
 
 /// What the decision needs from outside: the time, a random draw (for the
@@ -26,16 +27,17 @@ pub struct Environment<'a, C: Cluster> {
     pub cluster: &'a C,
 }
 
-/// The decision for one admission request.
+/// The decision for one admission request. A SidecarSet of the cluster
+/// that cannot be read is left out, and named in a warning.
 pub fn evaluate<C: Cluster>(
     request: &KubernetesAdmissionRequest,
     settings: &Settings,
     environment: &Environment<'_, C>,
-) -> Outcome {
+) -> Answer {
     let pod = match pod_to_create(request) {
         Ok(Some(pod)) => pod,
-        Ok(None) => return Outcome::Accept,
-        Err(message) => return Outcome::bad_request(message),
+        Ok(None) => return Outcome::Accept.into(),
+        Err(message) => return Outcome::bad_request(message).into(),
     };
     let namespace = pod
         .metadata
@@ -47,9 +49,26 @@ pub fn evaluate<C: Cluster>(
     let state = match ClusterState::read(settings, &namespace, environment.cluster) {
         Ok(state) => state,
         Err(message) => {
-            return Outcome::Reject { message, code: 500 };
+            return Outcome::Reject { message, code: 500 }.into();
         }
     };
+    let warnings = state
+        .unreadable
+        .iter()
+        .map(|message| format!("{message}; this SidecarSet is not injected until it is fixed"))
+        .collect();
+    Answer {
+        outcome: inject_pod(&pod, request, &state, environment),
+        warnings,
+    }
+}
+
+fn inject_pod<C: Cluster>(
+    pod: &Pod,
+    request: &KubernetesAdmissionRequest,
+    state: &ClusterState,
+    environment: &Environment<'_, C>,
+) -> Outcome {
     let context = InjectionContext {
         sidecar_sets: &state.sidecar_sets,
         namespace_labels: state.namespace_labels.as_ref(),
@@ -60,7 +79,7 @@ pub fn evaluate<C: Cluster>(
         revisions: &state.revisions,
         random_draw: Some(environment.random_draw),
     };
-    match inject(&pod, &context) {
+    match inject(pod, &context) {
         Ok(injection) if injection.sidecar_sets.is_empty() => Outcome::Accept,
         Ok(injection) => match serde_json::to_value(injection.pod) {
             Ok(object) => Outcome::Mutate(object),
@@ -73,6 +92,8 @@ pub fn evaluate<C: Cluster>(
 /// What injection reads: from the settings, or from the cluster.
 struct ClusterState {
     sidecar_sets: Vec<SidecarSet>,
+    /// Why each SidecarSet of the cluster that could not be read was left out.
+    unreadable: Vec<String>,
     namespace_labels: Option<BTreeMap<String, String>>,
     revisions: Vec<ControllerRevision>,
 }
@@ -88,10 +109,11 @@ impl ClusterState {
                     .and_then(|labels| labels.get(namespace))
                     .cloned(),
                 revisions: Vec::new(),
+                unreadable: Vec::new(),
             });
         }
-        let sidecar_sets: Vec<SidecarSet> =
-            cluster.sidecar_sets()?.into_iter().map(prepare).collect();
+        let listed = cluster.sidecar_sets()?;
+        let sidecar_sets: Vec<SidecarSet> = listed.readable.into_iter().map(prepare).collect();
         let needs_namespace = sidecar_sets
             .iter()
             .any(|s| s.spec.namespace_selector.is_some());
@@ -113,6 +135,7 @@ impl ClusterState {
         }
         Ok(Self {
             sidecar_sets,
+            unreadable: listed.unreadable,
             namespace_labels,
             revisions,
         })
@@ -124,11 +147,11 @@ pub fn respond<C: Cluster>(
     payload: &[u8],
     environment: &Environment<'_, C>,
 ) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<Settings>(payload) {
+    let answer = match read_request::<Settings>(payload) {
         Ok(request) => evaluate(&request.request, &request.settings, environment),
-        Err(message) => Outcome::bad_request(message),
+        Err(message) => Outcome::bad_request(message).into(),
     };
-    outcome.into_payload().map_err(|e| e.to_string())
+    answer.into_payload().map_err(|e| e.to_string())
 }
 
 /// The `validate_settings` waPC operation.

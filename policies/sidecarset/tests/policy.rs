@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kruise_api::SidecarSet;
-use kruise_policy_sidecarset::cluster::{list_items, read_sidecar_set, requests};
+use kruise_policy_sidecarset::cluster::{read_sidecar_sets, requests};
 use kruise_policy_sidecarset::{
-    Cluster, Environment, NoCluster, Settings, evaluate, validate_settings,
+    Cluster, Environment, ListedSidecarSets, NoCluster, Settings, evaluate, validate_settings,
 };
 use kruise_policy_support::Outcome;
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
@@ -39,7 +38,7 @@ fn run<C: Cluster>(settings: &Settings, pod: &Value, cluster: &C) -> Outcome {
         random_draw: 0.5,
         cluster,
     };
-    evaluate(&pod_create(pod), settings, &environment)
+    evaluate(&pod_create(pod), settings, &environment).outcome
 }
 
 fn inline(sidecar_sets: Vec<Value>) -> Settings {
@@ -102,7 +101,10 @@ fn requests_other_than_pod_create_are_accepted() {
         random_draw: 0.5,
         cluster: &NoCluster,
     };
-    assert_eq!(evaluate(&request, &settings, &environment), Outcome::Accept);
+    assert_eq!(
+        evaluate(&request, &settings, &environment),
+        Outcome::Accept.into()
+    );
 }
 
 #[test]
@@ -125,10 +127,10 @@ struct FixtureCluster {
 }
 
 impl Cluster for FixtureCluster {
-    fn sidecar_sets(&self) -> Result<Vec<SidecarSet>, String> {
+    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
         self.asked.borrow_mut().push("sidecarsets".into());
         let list = json!({"apiVersion": "v1", "kind": "List", "items": self.sidecar_sets});
-        list_items(&list, read_sidecar_set)
+        read_sidecar_sets(&list)
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
         self.asked
@@ -169,6 +171,48 @@ fn without_inline_sidecarsets_the_cluster_is_read() {
         *cluster.asked.borrow(),
         ["sidecarsets", "namespace default"]
     );
+}
+
+/// The outage of issue #19: one SidecarSet with a typo stored in the
+/// cluster used to deny every pod. It is left out, with a warning that
+/// names it and the field; the good SidecarSets are still injected.
+#[test]
+fn an_unreadable_sidecarset_is_left_out_with_a_warning() {
+    let mut typo = example("sidecarset-scs-demo.yaml");
+    typo["metadata"]["name"] = json!("typo");
+    typo["spec"]["updateStrategy"]["type"] = json!("RollingUpdat");
+    typo["spec"]["containers"][0]["name"] = json!("typo-sidecar");
+    let cluster = FixtureCluster {
+        sidecar_sets: vec![typo, example("sidecarset-scs-demo.yaml")],
+        namespaces: BTreeMap::new(),
+        asked: std::cell::RefCell::default(),
+    };
+    let environment = Environment {
+        now: NOW,
+        random_draw: 0.5,
+        cluster: &cluster,
+    };
+    let request = pod_create(&example("pod-test-pod.yaml"));
+    let answer = evaluate(&request, &Settings::default(), &environment);
+    let Outcome::Mutate(pod) = &answer.outcome else {
+        panic!("expected the good SidecarSet injected: {answer:?}");
+    };
+    assert_eq!(container_names(pod), ["sidecar1", "app"]);
+    assert_eq!(answer.warnings.len(), 1, "{:?}", answer.warnings);
+    let warning = answer.warnings[0].clone();
+    assert!(
+        warning.starts_with(
+            "SidecarSet typo: spec.updateStrategy.type: unknown variant `RollingUpdat`"
+        ),
+        "{warning}"
+    );
+    assert!(
+        warning.ends_with("not injected until it is fixed"),
+        "{warning}"
+    );
+    // The response carries the warning to kubectl.
+    let response = serde_json::to_value(answer.into_response()).unwrap();
+    assert_eq!(response["warnings"], json!([warning]));
 }
 
 #[test]

@@ -146,6 +146,37 @@ impl Outcome {
     }
 }
 
+/// A decision and the warnings the user is shown with it (kubectl prints
+/// an admission response's warnings, whether it accepts or refuses).
+#[derive(Debug, PartialEq)]
+pub struct Answer {
+    pub outcome: Outcome,
+    pub warnings: Vec<String>,
+}
+
+impl From<Outcome> for Answer {
+    fn from(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl Answer {
+    pub fn into_response(self) -> ValidationResponse {
+        let mut response = self.outcome.into_response();
+        if !self.warnings.is_empty() {
+            response.warnings = Some(self.warnings);
+        }
+        response
+    }
+
+    pub fn into_payload(self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(&self.into_response())
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
