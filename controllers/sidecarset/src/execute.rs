@@ -273,6 +273,22 @@ fn pod_reference(pods: &[Pod], key: &PodKey) -> ObjectReference {
     }
 }
 
+pub(crate) async fn publish_warning(
+    context: &Context,
+    reference: &ObjectReference,
+    reason: &str,
+    note: &str,
+) {
+    publish(
+        context,
+        reference,
+        EventType::Warning,
+        reason,
+        note.to_owned(),
+    )
+    .await;
+}
+
 /// Events are best effort: a failure is logged, never fails the round.
 async fn publish(
     context: &Context,

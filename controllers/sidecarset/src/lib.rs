@@ -51,7 +51,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kruise_api::SidecarSet;
+use kruise_api::{SidecarSet, Stored};
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
@@ -116,8 +116,10 @@ pub async fn run(client: Client) {
         defaulted: defaults::Defaulted::default(),
         backoff: expectations::Backoff::default(),
     });
+    // Stored<_>: one SidecarSet our types cannot read must not fail the
+    // watch of all the others (reconcile reports and skips it).
     let controller = Controller::new(
-        Api::<SidecarSet>::all(client.clone()),
+        Api::<Stored<SidecarSet>>::all(client.clone()),
         watcher::Config::default(),
     );
     let pod_triggers = triggers::PodTriggers::new(controller.store());
@@ -137,7 +139,7 @@ pub async fn run(client: Client) {
                     .labels
                     .as_ref()
                     .and_then(|labels| labels.get(REVISION_OWNER_LABEL))
-                    .map(|name| ObjectRef::<SidecarSet>::new(name))
+                    .map(|name| ObjectRef::<Stored<SidecarSet>>::new(name))
             },
         )
         .run(reconcile::reconcile, error_policy, context.clone())
@@ -158,8 +160,12 @@ pub async fn run(client: Client) {
 
 // The signature is the one `Controller::run` calls.
 #[allow(clippy::needless_pass_by_value)]
-fn error_policy(sidecar_set: Arc<SidecarSet>, error: &Error, context: Arc<Context>) -> Action {
-    let name = sidecar_set.metadata.name.clone().unwrap_or_default();
+fn error_policy(
+    sidecar_set: Arc<Stored<SidecarSet>>,
+    error: &Error,
+    context: Arc<Context>,
+) -> Action {
+    let name = sidecar_set.name().to_owned();
     let delay = context.backoff.next_delay(&name);
     tracing::warn!(sidecar_set = %name, %error, retry_in = ?delay, "SidecarSet reconcile failed");
     Action::requeue(delay)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::SidecarSet;
+use kruise_api::{SidecarSet, Stored};
 use kruise_core::sidecarset::prepare_stored;
 use kruise_core::sidecarset::update::{
     Stage, UpdateInput, UpdatePlan, compute_status, matching_pods, plan_update,
@@ -13,22 +13,36 @@ use kruise_core::sidecarset::update::{
 use kube::api::ListParams;
 use kube::core::Selector;
 use kube::runtime::controller::Action;
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 
 use crate::defaults::Persisted;
 use crate::execute;
 use crate::{Context, Error, RESYNC_SECONDS, seconds};
 
 pub(crate) async fn reconcile(
-    set: Arc<SidecarSet>,
+    stored: Arc<Stored<SidecarSet>>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
-    let name = set.metadata.name.clone().unwrap_or_default();
-    if set.metadata.deletion_timestamp.is_some() {
+    let name = stored.name().to_owned();
+    if stored.metadata.deletion_timestamp.is_some() {
         context.expectations.forget(&name);
         return Ok(Action::await_change());
     }
-    let action = reconcile_once(&set, &context).await?;
+    let set = match &stored.object {
+        Ok(set) => set,
+        Err(reason) => {
+            // Nothing can be planned until someone fixes it; say why, once
+            // per change of the object.
+            tracing::warn!(sidecar_set = %name, %reason, "cannot read the SidecarSet; skipped");
+            let note = format!(
+                "cannot read this SidecarSet, so it injects and upgrades nothing: {reason}"
+            );
+            let reference = stored.object_ref(&());
+            execute::publish_warning(&context, &reference, "InvalidSpec", &note).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let action = reconcile_once(set, &context).await?;
     context.backoff.reset(&name);
     Ok(action)
 }

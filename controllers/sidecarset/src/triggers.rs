@@ -5,32 +5,33 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
-use kruise_api::SidecarSet;
+use kruise_api::{SidecarSet, Stored};
 use kruise_core::sidecarset::update::{PodKey, pod_update_enqueue, sidecar_sets_of_pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 /// Remembers the last version of every pod seen, so an update can be
 /// compared with what it replaced.
 pub struct PodTriggers {
-    sidecar_sets: Store<SidecarSet>,
+    sidecar_sets: Store<Stored<SidecarSet>>,
     last_seen: Mutex<HashMap<PodKey, Pod>>,
 }
 
 impl PodTriggers {
-    pub fn new(sidecar_sets: Store<SidecarSet>) -> Self {
+    pub fn new(sidecar_sets: Store<Stored<SidecarSet>>) -> Self {
         Self {
             sidecar_sets,
             last_seen: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The SidecarSets to reconcile for this pod event.
-    pub fn triggers(&self, pod: &Pod) -> Vec<ObjectRef<SidecarSet>> {
+    /// The SidecarSets to reconcile for this pod event (an unreadable one
+    /// concerns no pod).
+    pub fn triggers(&self, pod: &Pod) -> Vec<ObjectRef<Stored<SidecarSet>>> {
         let sets: Vec<SidecarSet> = self
             .sidecar_sets
             .state()
             .iter()
-            .map(|set| (**set).clone())
+            .filter_map(|set| set.object.clone().ok())
             .collect();
         let old = self.remember(pod);
         affected(old.as_ref(), pod, &sets)
@@ -133,7 +134,7 @@ mod tests {
 
     #[test]
     fn terminating_pods_are_forgotten() {
-        let triggers = PodTriggers::new(kube::runtime::reflector::store::<SidecarSet>().0);
+        let triggers = PodTriggers::new(kube::runtime::reflector::store::<Stored<SidecarSet>>().0);
         let first = pod("1", true, "a");
         assert!(triggers.remember(&first).is_none());
         assert!(triggers.remember(&pod("2", true, "a")).is_some());

@@ -13,6 +13,7 @@ pub mod pod_defaults;
 pub mod resourcedistribution;
 pub mod schema;
 pub mod sidecarset;
+pub mod stored;
 
 pub use cloneset::CloneSet;
 pub use containerrecreaterequest::ContainerRecreateRequest;
@@ -23,3 +24,4 @@ pub use object::{
 };
 pub use resourcedistribution::ResourceDistribution;
 pub use sidecarset::SidecarSet;
+pub use stored::Stored;
