@@ -16,6 +16,7 @@ const POLICIES: &[(&str, &str)] = &[
         "kruise-validate-resourcedistribution",
         "validate-resourcedistribution",
     ),
+    ("kruise-validate-sidecarset", "validate-sidecarset"),
     ("kruise-bench-add-label", "add-label"),
 ];
 

@@ -11,7 +11,9 @@ use kruise_core::launch_priority::BARRIER_ENV;
 use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
-use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET, VALIDATE_RESOURCEDISTRIBUTION};
+use kruise_policy_modules::{
+    LAUNCH_PRIORITY, SIDECARSET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
+};
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
 use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles};
@@ -110,7 +112,10 @@ impl DevEnvironment {
         let validation = webhook::validating_webhooks(
             url,
             ca,
-            &[(VALIDATE_RESOURCEDISTRIBUTION.name, "resourcedistributions")],
+            &[
+                (VALIDATE_RESOURCEDISTRIBUTION.name, "resourcedistributions"),
+                (VALIDATE_SIDECARSET.name, "sidecarsets"),
+            ],
         );
         webhook::register(&client, &validation).await?;
         wait_for_pod_webhook(&client).await?;
@@ -171,7 +176,12 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for module in [SIDECARSET, LAUNCH_PRIORITY, VALIDATE_RESOURCEDISTRIBUTION] {
+    for module in [
+        SIDECARSET,
+        LAUNCH_PRIORITY,
+        VALIDATE_RESOURCEDISTRIBUTION,
+        VALIDATE_SIDECARSET,
+    ] {
         write(&format!("{}.wasm", module.name), module.wasm)?;
     }
     let policies = json!({
@@ -193,6 +203,15 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         },
         VALIDATE_RESOURCEDISTRIBUTION.name: {
             "module": format!("{}.wasm", VALIDATE_RESOURCEDISTRIBUTION.name),
+            "settings": {},
+        },
+        VALIDATE_SIDECARSET.name: {
+            "module": format!("{}.wasm", VALIDATE_SIDECARSET.name),
+            "contextAwareResources": [
+                {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
+                {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
+            ],
+            "hostCapabilities": ["kubernetes/*"],
             "settings": {},
         },
     });

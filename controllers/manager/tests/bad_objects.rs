@@ -1,7 +1,8 @@
 //! End to end on the dev cluster: one bad object costs one refusal, never
-//! the cluster. A SidecarSet our types cannot read, stored anyway (as if
-//! before any validating webhook), leaves pod creation and the other
-//! SidecarSets' upgrades working, and says why it is skipped.
+//! the cluster. A SidecarSet with a typo is refused at the door; stored
+//! anyway (with the validating webhook gone, as before it existed), it
+//! leaves pod creation and the other SidecarSets' upgrades working, and
+//! says why it is skipped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_core::cloneset::{container_status, has_ready_condition};
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kruise_manager::webhook::CR_WEBHOOK;
 use kube::Api;
 use kube::api::PostParams;
 use support::{examples, kubectl, kubectl_output};
@@ -33,18 +35,34 @@ spec:
     image: busybox
 ";
 
-/// Stores the typo SidecarSet past admission: with no validating webhook
-/// for SidecarSets in front of it, the API server's schema alone takes it.
-fn store_typo(kubeconfig: &Path) {
+fn apply_typo(kubeconfig: &Path) -> std::process::Output {
     let file = std::env::temp_dir().join(format!("typo-sidecarset-{}.yaml", std::process::id()));
     std::fs::write(&file, TYPO).unwrap();
     let applied = kubectl_output(kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
     let _ = std::fs::remove_file(&file);
+    applied
+}
+
+/// The validating webhook refuses the typo, naming the field; with the
+/// webhook removed (as before it existed) the API server's schema alone
+/// takes it.
+async fn refuse_then_store_typo(kubeconfig: &Path) {
+    let refused = apply_typo(kubeconfig);
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "the typo was accepted");
     assert!(
-        applied.status.success(),
-        "{}",
-        String::from_utf8_lossy(&applied.stderr)
+        message.contains("denied the request")
+            && message.contains("spec.updateStrategy.type: unknown variant `RollingUpdat`"),
+        "{message}"
     );
+    kubectl(
+        kubeconfig,
+        &["delete", "validatingwebhookconfiguration", CR_WEBHOOK],
+    );
+    eventually("the API server drops the webhook", || async {
+        apply_typo(kubeconfig).status.success().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -54,7 +72,7 @@ async fn an_unreadable_sidecarset_costs_only_itself() {
     let client = environment.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
 
-    store_typo(&kubeconfig);
+    refuse_then_store_typo(&kubeconfig).await;
     let good = examples().join("sidecarset-scs-demo.yaml");
     kubectl(&kubeconfig, &["apply", "-f", good.to_str().unwrap()]);
     let probe: Pod = serde_yaml::from_str(

@@ -5,7 +5,9 @@
 pub mod cloneset;
 pub mod history;
 pub mod launch_priority;
+mod names;
 pub mod owner;
 pub mod resourcedistribution;
 pub mod selector;
 pub mod sidecarset;
+pub mod validation;

@@ -19,7 +19,6 @@ mod copy;
 mod creatable;
 mod embedded;
 mod hash;
-mod names;
 mod ownership;
 mod plan;
 mod status;

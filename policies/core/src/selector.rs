@@ -109,6 +109,79 @@ pub fn is_empty(selector: &LabelSelector) -> bool {
             .is_none_or(Vec::is_empty)
 }
 
+/// The selector's keys, values and operators are valid.
+pub fn validate(selector: &LabelSelector) -> Result<(), SelectorError> {
+    requirements(selector).map(drop)
+}
+
+/// Whether two selectors may select the same object, by OpenKruise's
+/// heuristic (`IsSelectorOverlapping` in its `pkg/util/selector.go`): they
+/// are disjoint when, in either direction, a key the first constrains to
+/// some values (or requires with `Exists`) meets, in the second, another
+/// value, an `In` set sharing none of them, a `NotIn` set holding all of
+/// them, or `DoesNotExist` — or the second requires with `Exists` a key the
+/// first does not constrain. Anything else overlaps, `a=b` and `c=d`
+/// included.
+pub fn overlaps(a: &LabelSelector, b: &LabelSelector) -> bool {
+    !(excludes(a, b) || excludes(b, a))
+}
+
+/// What a selector's positive terms allow per key: the values of
+/// `matchLabels` and `In`, or any value (`None`) for `Exists`.
+fn allowed_values(selector: &LabelSelector) -> BTreeMap<&str, Option<Vec<&str>>> {
+    let mut allowed: BTreeMap<&str, Option<Vec<&str>>> = BTreeMap::new();
+    for (key, value) in selector.match_labels.iter().flatten() {
+        allowed.insert(key, Some(vec![value]));
+    }
+    for expression in selector.match_expressions.iter().flatten() {
+        let key = expression.key.as_str();
+        match expression.operator.as_str() {
+            "In" => {
+                if let Some(values) = allowed.entry(key).or_insert_with(|| Some(Vec::new())) {
+                    values.extend(expression.values.iter().flatten().map(String::as_str));
+                }
+            }
+            "Exists" => {
+                allowed.insert(key, None);
+            }
+            _ => {}
+        }
+    }
+    allowed
+}
+
+/// `b` asks for something no object `a` selects could have (one direction
+/// of [`overlaps`]).
+fn excludes(a: &LabelSelector, b: &LabelSelector) -> bool {
+    let allowed = allowed_values(a);
+    let allows = |key: &str, value: &str| match allowed.get(key) {
+        Some(Some(values)) => values.contains(&value),
+        _ => true,
+    };
+    if b.match_labels
+        .iter()
+        .flatten()
+        .any(|(key, value)| !allows(key, value))
+    {
+        return true;
+    }
+    b.match_expressions.iter().flatten().any(|expression| {
+        let key = expression.key.as_str();
+        let values: Vec<&str> = expression
+            .values
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        match (expression.operator.as_str(), allowed.get(key)) {
+            ("In", Some(Some(constrained))) => !constrained.iter().any(|v| values.contains(v)),
+            ("NotIn", Some(Some(constrained))) => constrained.iter().all(|v| values.contains(v)),
+            ("Exists", None) | ("DoesNotExist", Some(_)) => true,
+            _ => false,
+        }
+    })
+}
+
 /// The selector in the text form `kubectl -l` accepts and apimachinery's
 /// `LabelSelectorAsSelector(..).String()` prints, e.g.
 /// `app=nginx,tier in (a,b)`: requirements sorted by key (`matchLabels`
@@ -137,13 +210,13 @@ fn requirements(selector: &LabelSelector) -> Result<Vec<Requirement<'_>>, Select
     let mut checked = Vec::new();
     for requirement in match_label_requirements(selector) {
         if let Requirement::Equals(key, value) = requirement {
-            validate_key(key)?;
+            validate_label_key(key)?;
             validate_value(key, value)?;
         }
         checked.push(requirement);
     }
     for expression in selector.match_expressions.iter().flatten() {
-        validate_key(&expression.key)?;
+        validate_label_key(&expression.key)?;
         let requirement = expression_requirement(expression)?;
         if let Requirement::In(key, values) | Requirement::NotIn(key, values) = requirement {
             for value in values {
@@ -194,12 +267,14 @@ fn expression_requirement(
 /// Whether `key` is a valid qualified name (`[prefix/]name`), the syntax of
 /// label and annotation keys.
 pub(crate) fn is_qualified_name(key: &str) -> bool {
-    validate_key(key).is_ok()
+    validate_label_key(key).is_ok()
 }
 
 /// A label key is a qualified name: `[prefix/]name`, the prefix a DNS
 /// subdomain of at most 253 characters, the name at most 63 characters.
-fn validate_key(key: &str) -> Result<(), SelectorError> {
+/// A label (or annotation) key: a qualified name with an optional DNS
+/// subdomain prefix.
+pub fn validate_label_key(key: &str) -> Result<(), SelectorError> {
     let invalid = |reason| SelectorError::InvalidKey {
         key: key.to_owned(),
         reason,
@@ -283,6 +358,85 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    fn parse(selector: serde_json::Value) -> LabelSelector {
+        serde_json::from_value(selector).unwrap()
+    }
+
+    /// OpenKruise's `TestSelectorConflict` truth table, and both directions
+    /// of each pair (the answer is symmetric).
+    #[test]
+    fn overlap_follows_openkruises_heuristic() {
+        let cases = [
+            (
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                serde_json::json!({"matchLabels": {"a": "i"}}),
+                false,
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                serde_json::json!({"matchLabels": {"b": "i"}}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "h", "b": "i", "c": "j"}}),
+                serde_json::json!({"matchLabels": {"a": "h", "b": "x", "c": "j"}}),
+                false,
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": ["h", "i", "j"]}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": ["i", "j"]}]}),
+                false,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["h", "i"]}]}),
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                false,
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Exists"}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}),
+                serde_json::json!({"matchLabels": {"a": "h"}}),
+                false,
+            ),
+            // Exists on a key the other does not constrain: disjoint, by the heuristic.
+            (
+                serde_json::json!({"matchLabels": {"b": "x"}}),
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Exists"}]}),
+                false,
+            ),
+        ];
+        for (index, (a, b, want)) in cases.into_iter().enumerate() {
+            let (a, b) = (parse(a), parse(b));
+            assert_eq!(overlaps(&a, &b), want, "case {index}");
+            assert_eq!(overlaps(&b, &a), want, "case {index}, reversed");
+        }
+    }
+
+    #[test]
+    fn validate_names_the_bad_requirement() {
+        assert!(validate(&parse(serde_json::json!({"matchLabels": {"app": "x"}}))).is_ok());
+        let bad =
+            parse(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Near"}]}));
+        assert!(matches!(
+            validate(&bad),
+            Err(SelectorError::UnknownOperator { .. })
+        ));
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -28,6 +28,7 @@ mod matching;
 mod pod_merge;
 mod revision;
 pub mod update;
+pub mod validation;
 
 use std::collections::BTreeMap;
 

@@ -3,14 +3,12 @@
 //! ConfigMap; everything else is accepted unchanged. Takes no settings.
 
 use kruise_core::launch_priority::{self, NAME_SUFFIX_ALPHABET};
-use kruise_policy_support::{Outcome, pod_to_create, read_request, read_settings};
-use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
-use serde::{Deserialize, Serialize};
-
 /// The policy takes no settings; any given are refused.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {}
+pub use kruise_policy_support::{
+    NoSettings as Settings, validate_no_settings as validate_settings,
+};
+use kruise_policy_support::{Outcome, pod_to_create, read_request};
+use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request. `name_suffix` names a pod that
 /// only has `generateName`.
@@ -37,15 +35,6 @@ pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
         Err(message) => Outcome::bad_request(message),
     };
     outcome.into_payload().map_err(|e| e.to_string())
-}
-
-/// The `validate_settings` waPC operation.
-pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
-    let response = match read_settings::<Settings>(payload) {
-        Ok(Settings {}) => serde_json::json!({ "valid": true, "message": null }),
-        Err(message) => serde_json::json!({ "valid": false, "message": message }),
-    };
-    serde_json::to_vec(&response).map_err(|e| e.to_string())
 }
 
 /// Five characters of Kubernetes' name alphabet. std's hasher keys come from

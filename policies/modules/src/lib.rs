@@ -34,6 +34,11 @@ pub const VALIDATE_RESOURCEDISTRIBUTION: PolicyModule = PolicyModule {
     )),
 };
 
+pub const VALIDATE_SIDECARSET: PolicyModule = PolicyModule {
+    name: "validate-sidecarset",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/validate-sidecarset.wasm")),
+};
+
 /// Adds the label its settings name: not a product policy but the webhook
 /// host benchmark's subject, the work policy-server was measured with.
 /// Not in [`ALL`], so not exported or deployed.
@@ -44,6 +49,11 @@ pub const BENCH_ADD_LABEL: PolicyModule = PolicyModule {
 
 /// Every policy module. The pod policies come in the order OpenKruise's pod
 /// webhook applies them (injection first, so injected sidecars take part in
-/// launch priority); the ResourceDistribution validation, which sees no
-/// pods, after them.
-pub const ALL: &[PolicyModule] = &[SIDECARSET, LAUNCH_PRIORITY, VALIDATE_RESOURCEDISTRIBUTION];
+/// launch priority); the validations of our kinds, which see no pods,
+/// after them.
+pub const ALL: &[PolicyModule] = &[
+    SIDECARSET,
+    LAUNCH_PRIORITY,
+    VALIDATE_RESOURCEDISTRIBUTION,
+    VALIDATE_SIDECARSET,
+];

@@ -2,8 +2,11 @@
 //! matching SidecarSets are injected (kruise-core does the work); every
 //! other request is accepted unchanged.
 
-pub mod cluster;
 mod settings;
+
+/// The cluster reads (Kubewarden host calls), shared with the SidecarSet
+/// validating policy.
+pub use kruise_policy_support::cluster;
 
 use std::collections::BTreeMap;
 

@@ -2,10 +2,13 @@
 //! payload within a size limit, pick out the requests it acts on, and
 //! answer in Kubewarden's response shapes.
 
+pub mod cluster;
+
 use k8s_openapi::api::core::v1::Pod;
 use kubewarden_policy_sdk::request::{KubernetesAdmissionRequest, ValidationRequest};
 use kubewarden_policy_sdk::response::ValidationResponse;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// The SDK, for [`export_policy!`] expanded in the policy crates.
 pub use kubewarden_policy_sdk;
@@ -44,6 +47,9 @@ const QUOTE_BYTES: usize = 200;
 
 /// HTTP status a rejection carries for input the policy cannot use.
 pub const BAD_REQUEST: u16 = 400;
+
+/// HTTP status of a rejection for field violations (Kubernetes' `Invalid`).
+pub const UNPROCESSABLE: u16 = 422;
 
 /// Parse the `validate` payload; the error is a message for the user.
 pub fn read_request<S: Default + DeserializeOwned>(
@@ -247,4 +253,28 @@ mod tests {
                    "audit_annotations": null, "warnings": null})
         );
     }
+}
+
+/// `<Kind> "<name>" is invalid: <violation>; <violation>`, as a 422 refusal
+/// (the shape of the API server's own validation errors).
+pub fn invalid(kind: &str, name: &str, violations: &[impl std::fmt::Display]) -> Outcome {
+    let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    Outcome::Reject {
+        message: format!("{kind} {name:?} is invalid: {}", listed.join("; ")),
+        code: UNPROCESSABLE,
+    }
+}
+
+/// The settings of a policy that takes none: `{}`, anything else refused.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoSettings {}
+
+/// The `validate_settings` waPC operation of a policy without settings.
+pub fn validate_no_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let response = match read_settings::<NoSettings>(payload) {
+        Ok(NoSettings {}) => serde_json::json!({ "valid": true, "message": null }),
+        Err(message) => serde_json::json!({ "valid": false, "message": message }),
+    };
+    serde_json::to_vec(&response).map_err(|e| e.to_string())
 }

@@ -5,18 +5,13 @@
 //! accepted. Takes no settings.
 
 use kruise_api::{ResourceDistribution, Strictness, object_from_value};
-use kruise_core::resourcedistribution::{Violation, validate_create, validate_update};
-use kruise_policy_support::{Outcome, read_request, read_settings};
-use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
-use serde::{Deserialize, Serialize};
-
-/// HTTP status of a rejection for field violations (Kubernetes' `Invalid`).
-pub const UNPROCESSABLE: u16 = 422;
-
+use kruise_core::resourcedistribution::{validate_create, validate_update};
 /// The policy takes no settings; any given are refused.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {}
+pub use kruise_policy_support::{
+    NoSettings as Settings, UNPROCESSABLE, validate_no_settings as validate_settings,
+};
+use kruise_policy_support::{Outcome, invalid, read_request};
+use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
 pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
@@ -32,27 +27,20 @@ pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
     };
     match violations {
         Ok(violations) if violations.is_empty() => Outcome::Accept,
-        Ok(violations) => Outcome::Reject {
-            message: rejection_message(request, &violations),
-            code: UNPROCESSABLE,
-        },
+        Ok(violations) => invalid("ResourceDistribution", &object_name(request), &violations),
         Err(message) => Outcome::bad_request(message),
     }
 }
 
-/// `ResourceDistribution <name> is invalid: <violation>; <violation>`.
-pub fn rejection_message(request: &KubernetesAdmissionRequest, violations: &[Violation]) -> String {
-    let name = request
+/// The object's name, else the request's.
+fn object_name(request: &KubernetesAdmissionRequest) -> String {
+    request
         .object
         .get("metadata")
         .and_then(|m| m.get("name"))
         .and_then(serde_json::Value::as_str)
-        .unwrap_or(&request.name);
-    let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
-    format!(
-        "ResourceDistribution {name:?} is invalid: {}",
-        listed.join("; ")
-    )
+        .unwrap_or(&request.name)
+        .to_owned()
 }
 
 fn read(object: &serde_json::Value, key: &str) -> Result<ResourceDistribution, String> {
@@ -71,15 +59,6 @@ pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
         Err(message) => Outcome::bad_request(message),
     };
     outcome.into_payload().map_err(|e| e.to_string())
-}
-
-/// The `validate_settings` waPC operation.
-pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
-    let response = match read_settings::<Settings>(payload) {
-        Ok(Settings {}) => serde_json::json!({ "valid": true, "message": null }),
-        Err(message) => serde_json::json!({ "valid": false, "message": message }),
-    };
-    serde_json::to_vec(&response).map_err(|e| e.to_string())
 }
 
 kruise_policy_support::export_policy!(validate: validate, validate_settings: validate_settings);

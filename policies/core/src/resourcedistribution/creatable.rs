@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 
 use super::base64;
 use super::embedded::{ResourceIdentity, ResourceKind};
-use super::names::{config_key_error, dns_subdomain_error};
 use super::validation::Violation;
+use crate::names::{config_key_error, dns_subdomain_error};
 use crate::selector;
 
 /// Etcd's object limit as Kubernetes applies it to Secret and ConfigMap

@@ -6,39 +6,16 @@
 //! sizes, per-type required keys); a policy cannot call the API server.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use kruise_api::ResourceDistribution;
 use kruise_api::resourcedistribution::ResourceDistributionTargets;
 
 use super::creatable::check_creatable;
 use super::embedded::identify;
-use super::names::{dns_label_error, dns_subdomain_error};
 use super::targets::listed;
+use crate::names::{dns_label_error, dns_subdomain_error};
 use crate::selector;
-
-/// One reason a distribution is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// The field, as a path: `spec.targets.includedNamespaces.list[0].name`.
-    pub field: String,
-    pub message: String,
-}
-
-impl Violation {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
+pub use crate::validation::Violation;
 
 /// The violations of a distribution being created; empty when valid.
 pub fn validate_create(distribution: &ResourceDistribution) -> Vec<Violation> {

@@ -10,8 +10,8 @@ use crate::selector::{self, SelectorError};
 
 /// Set by the API server on every Namespace to the namespace's name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-const CANARY_ANNOTATION: &str = "apps.kruise.io/sidecarset-canary";
-const BASE_ANNOTATION: &str = "apps.kruise.io/sidecarset-base";
+pub(super) const CANARY_ANNOTATION: &str = "apps.kruise.io/sidecarset-canary";
+pub(super) const BASE_ANNOTATION: &str = "apps.kruise.io/sidecarset-base";
 
 /// The SidecarSets to inject, sorted by name, each already resolved to the
 /// revision this pod gets. A canary replaces its base.
@@ -97,7 +97,7 @@ pub(crate) fn selects(
 }
 
 /// The base a canary SidecarSet stands in for (§5).
-fn canary_base(sidecar_set: &SidecarSet) -> Option<&str> {
+pub(super) fn canary_base(sidecar_set: &SidecarSet) -> Option<&str> {
     let annotations = sidecar_set.metadata.annotations.as_ref()?;
     let is_canary = annotations
         .get(CANARY_ANNOTATION)

@@ -83,6 +83,15 @@ fn parse_percentage(text: &str) -> Option<f64> {
     number.is_finite().then_some(number / 100.0)
 }
 
+/// Whether `wanted` names a revision among `revisions`.
+pub(super) fn exists(
+    sidecar_set: &SidecarSet,
+    wanted: &SidecarSetInjectRevision,
+    revisions: &[ControllerRevision],
+) -> bool {
+    find(sidecar_set, wanted, revisions).is_ok()
+}
+
 /// By `revisionName`, else the highest-numbered revision carrying the
 /// SidecarSet's name and `customVersion` labels.
 fn find<'a>(

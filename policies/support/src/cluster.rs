@@ -1,5 +1,6 @@
 //! Reading SidecarSets, namespaces and revisions from the cluster through
-//! Kubewarden's host capabilities.
+//! Kubewarden's host capabilities (the sidecarset policy and the SidecarSet
+//! validating policy both need them).
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@ use crate::selector::{is_dns_label, is_dns_subdomain};
 
 /// A DNS-1123 label (namespace names): at most 63 characters, lowercase
 /// alphanumerics and '-', starting and ending with an alphanumeric.
-pub(super) fn dns_label_error(name: &str) -> Option<String> {
+pub(crate) fn dns_label_error(name: &str) -> Option<String> {
     if name.len() > 63 {
         return Some("must be no more than 63 characters".to_owned());
     }
@@ -17,7 +17,7 @@ pub(super) fn dns_label_error(name: &str) -> Option<String> {
 
 /// A DNS-1123 subdomain (object names): at most 253 characters, labels
 /// separated by '.'.
-pub(super) fn dns_subdomain_error(name: &str) -> Option<String> {
+pub(crate) fn dns_subdomain_error(name: &str) -> Option<String> {
     if name.len() > 253 {
         return Some("must be no more than 253 characters".to_owned());
     }
@@ -30,7 +30,7 @@ pub(super) fn dns_subdomain_error(name: &str) -> Option<String> {
 
 /// A ConfigMap or Secret key: `[-._a-zA-Z0-9]+`, at most 253 characters,
 /// not `.`, `..` or starting with `..`.
-pub(super) fn config_key_error(key: &str) -> Option<String> {
+pub(crate) fn config_key_error(key: &str) -> Option<String> {
     if key.is_empty() || key.len() > 253 {
         return Some("must be 1 to 253 characters".to_owned());
     }

@@ -1,0 +1,117 @@
+//! Kubewarden policy: OpenKruise's SidecarSet validating webhook. CREATE
+//! and UPDATE of an `apps.kruise.io/v1alpha1` SidecarSet are checked by
+//! `kruise_core::sidecarset::validation`, with the other SidecarSets and
+//! this one's ControllerRevisions read from the cluster; a SidecarSet that
+//! does not parse, or has violations, is refused (422) naming the fields.
+//! Takes no settings.
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kruise_api::{SidecarSet, Strictness, object_from_value};
+use kruise_core::sidecarset::validation::{ClusterView, validate};
+use kruise_policy_support::cluster::Cluster;
+/// The policy takes no settings; any given are refused.
+pub use kruise_policy_support::{
+    NoSettings as Settings, validate_no_settings as validate_settings,
+};
+use kruise_policy_support::{Outcome, invalid, read_request};
+use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+use serde_json::Value;
+
+/// The decision for one admission request.
+pub fn evaluate<C: Cluster>(request: &KubernetesAdmissionRequest, cluster: &C) -> Outcome {
+    let is_sidecar_set = request.kind.group == "apps.kruise.io"
+        && request.kind.kind == "SidecarSet"
+        && request.sub_resource.is_empty();
+    if !is_sidecar_set || !matches!(request.operation.as_str(), "CREATE" | "UPDATE") {
+        return Outcome::Accept;
+    }
+    let name = object_name(request);
+    let new = match read(&request.object) {
+        Ok(new) => new,
+        Err(message) => return invalid("SidecarSet", &name, &[message]),
+    };
+    // The stored version may itself be unreadable (written before this
+    // webhook existed): then only the checks of a create apply, so that
+    // the object can be fixed.
+    let old = (request.operation == "UPDATE")
+        .then(|| read(&request.old_object).ok())
+        .flatten();
+    let others = match cluster.sidecar_sets() {
+        Ok(listed) => listed.readable,
+        Err(message) => return cannot_read(&message),
+    };
+    let revisions = match revisions_needed(&new, cluster) {
+        Ok(revisions) => revisions,
+        Err(message) => return cannot_read(&message),
+    };
+    let view = ClusterView {
+        sidecar_sets: &others,
+        revisions: &revisions,
+    };
+    let violations = validate(&new, old.as_ref(), view);
+    if violations.is_empty() {
+        Outcome::Accept
+    } else {
+        invalid("SidecarSet", &name, &violations)
+    }
+}
+
+fn cannot_read(message: &str) -> Outcome {
+    Outcome::Reject {
+        message: format!("cannot check the SidecarSet against the cluster: {message}"),
+        code: 500,
+    }
+}
+
+/// This SidecarSet's revisions, read only when its injection strategy
+/// names one.
+fn revisions_needed<C: Cluster>(
+    set: &SidecarSet,
+    cluster: &C,
+) -> Result<Vec<ControllerRevision>, String> {
+    let names_revision = set
+        .spec
+        .injection_strategy
+        .as_ref()
+        .is_some_and(|s| s.revision.is_some());
+    match (&set.metadata.name, names_revision) {
+        (Some(name), true) => cluster.sidecar_set_revisions(name),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn object_name(request: &KubernetesAdmissionRequest) -> String {
+    request.object["metadata"]["name"]
+        .as_str()
+        .unwrap_or(&request.name)
+        .to_owned()
+}
+
+/// Lenient like the API server's pruning; a field of the wrong type or an
+/// unknown enum value is an error that names the field.
+fn read(object: &Value) -> Result<SidecarSet, String> {
+    object_from_value(object.clone(), Strictness::Lenient).map_err(|e| e.to_string())
+}
+
+/// The `validate` waPC operation.
+pub fn validate_payload<C: Cluster>(payload: &[u8], cluster: &C) -> Result<Vec<u8>, String> {
+    let outcome = match read_request::<Settings>(payload) {
+        Ok(request) => evaluate(&request.request, cluster),
+        Err(message) => Outcome::bad_request(message),
+    };
+    outcome.into_payload().map_err(|e| e.to_string())
+}
+
+#[cfg(target_arch = "wasm32")]
+mod guest {
+    use kruise_policy_support::cluster::HostCluster;
+
+    kruise_policy_support::export_policy!(
+        validate: validate,
+        validate_settings: crate::validate_settings,
+    );
+
+    fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
+        crate::validate_payload(payload, &HostCluster)
+    }
+}
