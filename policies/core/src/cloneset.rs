@@ -40,7 +40,7 @@ pub use pod_state::{
     LifecycleState, condition, container_status, has_ready_condition, is_active, is_at_revision,
     is_available, is_running_and_ready,
 };
-pub use settings::Settings;
+pub use settings::{MAX_COUNT, Settings};
 pub use sort::{active_pods_order, scatter, sort_by_priority, sort_for_scale_in};
 pub use status::compute_status;
 

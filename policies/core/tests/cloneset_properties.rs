@@ -280,3 +280,71 @@ proptest! {
         checked_reconcile(&mut sim)?;
     }
 }
+
+/// Numbers a stored CloneSet may hold although the webhook refuses them:
+/// the ends of int32, absurd and negative percentages, garbage.
+fn hostile_int_or_percent() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("-2147483648".to_owned()),
+        Just("2147483647".to_owned()),
+        Just("9000000000000000000%".to_owned()),
+        Just("-9000000000000000000%".to_owned()),
+        Just("-5%".to_owned()),
+        Just("12.5%".to_owned()),
+        Just("1e309%".to_owned()),
+        Just("NaN%".to_owned()),
+        Just("lots".to_owned()),
+        (0..=100_i32).prop_map(|p| format!("{p}%")),
+        (-3..=3_i32).prop_map(|n| n.to_string()),
+    ]
+}
+
+fn hostile_count() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        Just(i32::MIN),
+        Just(-1),
+        Just(i32::MAX),
+        Just(i32::MAX - 1),
+        0..6_i32
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Whatever the numbers, planning and status neither panic nor
+    /// overflow (a debug build traps on overflow), and what is planned
+    /// stays within the bounded counts.
+    #[test]
+    fn hostile_numbers_are_planned_without_overflow(
+        replicas in hostile_count(),
+        partition in hostile_int_or_percent(),
+        max_unavailable in hostile_int_or_percent(),
+        max_surge in hostile_int_or_percent(),
+        type_ in strategy_type(),
+        min_ready_seconds in hostile_count(),
+        states in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..6),
+    ) {
+        let mut cs = cloneset(replicas, &partition, &max_unavailable, &max_surge);
+        cs.spec.update_strategy.as_mut().unwrap().type_ = Some(type_);
+        cs.spec.min_ready_seconds = Some(min_ready_seconds);
+        let all: Vec<Pod> = states
+            .iter()
+            .enumerate()
+            .map(|(i, (updated, ready))| {
+                let revision = if *updated { REV_B } else { REV_A };
+                if *ready { ready_pod(&format!("p{i}"), revision) } else { unready_pod(&format!("p{i}"), revision) }
+            })
+            .collect();
+        let (r, partition, surge, unavailable) = limits(&cs);
+        for value in [r, partition, surge, unavailable] {
+            prop_assert!((0..=kruise_core::cloneset::MAX_COUNT).contains(&value), "{value}");
+        }
+        let sim = Sim::new(cs, all, image_revisions(REV_A, REV_B));
+        let plan = sim.plan();
+        let created: i64 = plan.create.iter().map(|c| i64::from(c.count)).sum();
+        prop_assert!(created <= i64::from(r) + i64::from(surge));
+        let status = compute_status(&sim.cloneset, &sim.pods, &sim.revisions, None, sim.now);
+        prop_assert!(status.replicas >= 0);
+    }
+}

@@ -8,12 +8,14 @@
 
 mod sidecarset_update_common;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::SidecarSet;
 use kruise_core::cloneset::intorstr::{calculate_partition_replicas, value_from_int_or_percent};
 use kruise_core::sidecarset::HASH_ANNOTATION;
-use kruise_core::sidecarset::update::Stage;
+use kruise_core::sidecarset::update::{Stage, UpdateInput, plan_update};
 use proptest::prelude::*;
 use sidecarset_update_common::{
     EMPTY, apply, cold, container_status, counts, hot, kubelet_tick, pod, round, set_pod_ready,
@@ -342,5 +344,55 @@ proptest! {
         seed in any::<u64>(),
     ) {
         check_mid_flight(pods_count, max_unavailable, &targets, seed)?;
+    }
+}
+
+/// Numbers a stored SidecarSet may hold although the webhook refuses them.
+fn hostile_int_or_percent() -> impl Strategy<Value = IntOrString> {
+    prop_oneof![
+        Just(IntOrString::Int(i32::MIN)),
+        Just(IntOrString::Int(i32::MAX)),
+        Just(IntOrString::Int(-1)),
+        Just(IntOrString::String("9000000000000000000%".to_owned())),
+        Just(IntOrString::String("-9000000000000000000%".to_owned())),
+        Just(IntOrString::String("1e309%".to_owned())),
+        Just(IntOrString::String("-5%".to_owned())),
+        Just(IntOrString::String("lots".to_owned())),
+        (0..=100_i32).prop_map(|p| IntOrString::String(format!("{p}%"))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the numbers: no panic or overflow; a value that is not a
+    /// number is refused with the field named, and otherwise no more pods
+    /// are upgraded than there are.
+    #[test]
+    fn hostile_numbers_are_refused_or_clamped(
+        pods in 0..5_usize,
+        max_unavailable in hostile_int_or_percent(),
+        partition in hostile_int_or_percent(),
+    ) {
+        let config = Config { pods, max_unavailable, partition, hot: false, broken: 0, versions: 1, seed: 1 };
+        let initial = initial_pods(&config);
+        let set = set_for(&config, 2);
+        let namespaces = BTreeMap::new();
+        let planned = plan_update(&UpdateInput {
+            sidecar_set: &set,
+            pods: &initial,
+            namespace_labels: &namespaces,
+            latest_revision: "test-sidecarset-rev",
+            collision_count: Some(0),
+            expectations: &[],
+            now: sidecarset_update_common::now(),
+        });
+        match planned {
+            Ok(plan) => prop_assert!(plan.pod_changes.len() <= 2 * pods, "{:?}", plan.pod_changes),
+            Err(error) => {
+                let message = error.to_string();
+                prop_assert!(message.contains("spec.updateStrategy."), "{message}");
+            }
+        }
     }
 }

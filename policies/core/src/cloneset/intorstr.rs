@@ -25,9 +25,9 @@ pub fn value_from_int_or_percent(
                 .strip_suffix('%')
                 .and_then(|digits| digits.parse().ok())
                 .ok_or_else(|| NotAPercent(text.clone()))?;
-            let scaled = percent * i64::from(total);
+            let scaled = percent.saturating_mul(i64::from(total));
             let result = if round_up {
-                -((-scaled).div_euclid(100))
+                -(scaled.saturating_neg().div_euclid(100))
             } else {
                 scaled.div_euclid(100)
             };

@@ -8,8 +8,16 @@ use kruise_api::cloneset::{CloneSetUpdateStrategyType, Lifecycle};
 use super::intorstr::{calculate_partition_replicas, value_from_int_or_percent};
 use super::{FeatureGates, LABEL_EXCLUDE_PREPARING_DELETE, Revisions};
 
+/// The most replicas, surge or unavailability a plan counts with. No
+/// cluster holds this many pods, and it keeps every sum the planner makes
+/// of these numbers (and of pod counts) inside `i32`, whatever a stored
+/// CloneSet says.
+pub const MAX_COUNT: i32 = i32::MAX / 4;
+
 /// Resolved values; unparsable int-or-percents count as 0 like upstream,
-/// which ignores those errors (the webhook rejects them anyway).
+/// which ignores those errors (the webhook rejects them anyway). Every
+/// count is within `[0, MAX_COUNT]`: a negative one (which the webhook
+/// refuses) counts as 0.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub replicas: i32,
@@ -32,7 +40,7 @@ pub struct Settings {
 impl Settings {
     pub fn resolve(cloneset: &CloneSet, revisions: &Revisions, gates: FeatureGates) -> Self {
         let spec = &cloneset.spec;
-        let replicas = spec.replicas.unwrap_or(1);
+        let replicas = bounded(spec.replicas.unwrap_or(1));
         let strategy = spec.update_strategy.clone().unwrap_or_default();
         let paused = strategy.paused;
         let partition =
@@ -40,22 +48,26 @@ impl Settings {
         // Surge is switched off while paused so a paused rollout does not
         // keep extra pods around.
         let max_surge = match (&strategy.max_surge, paused) {
-            (Some(surge), false) => value_from_int_or_percent(surge, replicas, true).unwrap_or(0),
+            (Some(surge), false) => {
+                bounded(value_from_int_or_percent(surge, replicas, true).unwrap_or(0))
+            }
             _ => 0,
         };
         let default_unavailable = IntOrString::String("20%".to_owned());
-        let max_unavailable = value_from_int_or_percent(
-            strategy
-                .max_unavailable
-                .as_ref()
-                .unwrap_or(&default_unavailable),
-            replicas,
-            max_surge == 0,
-        )
-        .unwrap_or(0);
+        let max_unavailable = bounded(
+            value_from_int_or_percent(
+                strategy
+                    .max_unavailable
+                    .as_ref()
+                    .unwrap_or(&default_unavailable),
+                replicas,
+                max_surge == 0,
+            )
+            .unwrap_or(0),
+        );
         let scale = spec.scale_strategy.clone().unwrap_or_default();
-        let scale_max_unavailable = scale.max_unavailable.as_ref().map_or(i32::MAX, |v| {
-            value_from_int_or_percent(v, replicas, true).unwrap_or(0)
+        let scale_max_unavailable = scale.max_unavailable.as_ref().map_or(MAX_COUNT, |v| {
+            bounded(value_from_int_or_percent(v, replicas, true).unwrap_or(0))
         });
         let exclude_preparing_delete = cloneset
             .metadata
@@ -69,7 +81,7 @@ impl Settings {
             max_surge,
             max_unavailable,
             scale_max_unavailable,
-            min_ready_seconds: spec.min_ready_seconds.unwrap_or(0),
+            min_ready_seconds: spec.min_ready_seconds.unwrap_or(0).max(0),
             paused,
             strategy: strategy.type_.unwrap_or_default(),
             exclude_preparing_delete,
@@ -83,4 +95,8 @@ impl Settings {
             lifecycle: spec.lifecycle.clone().unwrap_or_default(),
         }
     }
+}
+
+fn bounded(count: i32) -> i32 {
+    count.clamp(0, MAX_COUNT)
 }
