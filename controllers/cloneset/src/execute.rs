@@ -15,7 +15,6 @@ use kruise_core::cloneset::{
     LABEL_SPECIFIED_DELETE, Plan, Revisions,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -212,26 +211,19 @@ impl Writer<'_> {
     }
 
     async fn event(&self, reason: &str, note: &str) {
-        self.publish(EventType::Normal, reason, note).await;
+        let reference = self.cloneset.object_ref(&());
+        self.context
+            .events
+            .normal(&reference, reason, reason, note)
+            .await;
     }
 
     async fn warning(&self, reason: &str, note: &str) {
-        self.publish(EventType::Warning, reason, note).await;
-    }
-
-    /// Events are best effort: a failed one is logged, never fatal.
-    async fn publish(&self, type_: EventType, reason: &str, note: &str) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note.to_owned()),
-            action: reason.to_owned(),
-            secondary: None,
-        };
         let reference = self.cloneset.object_ref(&());
-        if let Err(error) = self.context.recorder.publish(&event, &reference).await {
-            tracing::debug!(%error, reason, "event not recorded");
-        }
+        self.context
+            .events
+            .warning(&reference, reason, reason, note)
+            .await;
     }
 }
 

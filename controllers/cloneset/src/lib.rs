@@ -13,9 +13,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use kruise_api::CloneSet;
+use kruise_api::{CloneSet, Stored};
+use kruise_controller_runtime::events::Events;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
@@ -26,23 +26,19 @@ pub const CONTROLLER_NAME: &str = "kruise-cloneset-controller";
 
 struct Context {
     client: Client,
-    recorder: Recorder,
+    events: Events,
 }
 
 /// Runs the controller until the process ends.
 pub async fn run(client: Client) {
     let context = Arc::new(Context {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER_NAME.to_owned(),
-                instance: None,
-            },
-        ),
+        events: Events::new(client.clone(), CONTROLLER_NAME),
         client: client.clone(),
     });
+    // Stored<_>: one CloneSet our types cannot read must not fail the watch
+    // of all the others (reconcile reports and skips it).
     Controller::new(
-        Api::<CloneSet>::all(client.clone()),
+        Api::<Stored<CloneSet>>::all(client.clone()),
         watcher::Config::default(),
     )
     .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
@@ -61,8 +57,12 @@ pub async fn run(client: Client) {
 
 // The signature is kube-runtime's error policy.
 #[allow(clippy::needless_pass_by_value)]
-fn on_error(cloneset: Arc<CloneSet>, error: &ReconcileError, _context: Arc<Context>) -> Action {
-    let name = cloneset.metadata.name.as_deref().unwrap_or_default();
+fn on_error(
+    cloneset: Arc<Stored<CloneSet>>,
+    error: &ReconcileError,
+    _context: Arc<Context>,
+) -> Action {
+    let name = cloneset.name();
     if error.is_conflict() {
         tracing::debug!(cloneset = name, %error, "write conflict; planning again");
         return Action::requeue(Duration::from_millis(100));

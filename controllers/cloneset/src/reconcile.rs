@@ -6,14 +6,14 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::CloneSet;
+use kruise_api::{CloneSet, Stored};
 use kruise_core::cloneset::revision::{RevisionWrite, plan_revisions};
 use kruise_core::cloneset::{FeatureGates, PlanInput, compute_status, plan};
 use kruise_core::owner::is_controlled_by;
 use kruise_core::selector::to_selector_string;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::Context;
@@ -40,8 +40,29 @@ impl ReconcileError {
 }
 
 pub(crate) async fn reconcile(
-    cloneset: Arc<CloneSet>,
+    stored: Arc<Stored<CloneSet>>,
     context: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let cloneset = match &stored.object {
+        Ok(cloneset) => cloneset,
+        Err(reason) => {
+            // Nothing can be planned until someone fixes it; say why, once
+            // per change of the object.
+            tracing::warn!(cloneset = stored.name(), %reason, "cannot read the CloneSet; skipped");
+            let note = format!("cannot read this CloneSet, so it is not reconciled: {reason}");
+            context
+                .events
+                .warning(&stored.object_ref(&()), "InvalidSpec", "Reconcile", &note)
+                .await;
+            return Ok(Action::await_change());
+        }
+    };
+    reconcile_cloneset(cloneset, &context).await
+}
+
+async fn reconcile_cloneset(
+    cloneset: &CloneSet,
+    context: &Context,
 ) -> Result<Action, ReconcileError> {
     let (Some(namespace), Some(uid)) = (cloneset.namespace(), cloneset.uid()) else {
         return Err(ReconcileError::Incomplete);
@@ -70,7 +91,7 @@ pub(crate) async fn reconcile(
         .filter(|revision| is_controlled_by(&revision.metadata, &uid))
         .collect();
 
-    let revision_plan = plan_revisions(&cloneset, &revisions, &pods);
+    let revision_plan = plan_revisions(cloneset, &revisions, &pods);
     match &revision_plan.write {
         RevisionWrite::None => {}
         RevisionWrite::Create(revision) => {
@@ -93,7 +114,7 @@ pub(crate) async fn reconcile(
 
     let now = Timestamp::now();
     let input = PlanInput {
-        cloneset: &cloneset,
+        cloneset,
         pods: &pods,
         revisions: &revision_plan.revisions,
         now,
@@ -101,8 +122,8 @@ pub(crate) async fn reconcile(
     };
     let round = plan(&input);
     execute(
-        &context,
-        &cloneset,
+        context,
+        cloneset,
         &pods,
         &revision_plan.revisions,
         &round,
@@ -111,7 +132,7 @@ pub(crate) async fn reconcile(
     .await?;
 
     let mut status = compute_status(
-        &cloneset,
+        cloneset,
         &pods,
         &revision_plan.revisions,
         cloneset.status.as_ref(),

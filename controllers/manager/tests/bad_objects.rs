@@ -2,7 +2,8 @@
 //! the cluster. A SidecarSet with a typo is refused at the door; stored
 //! anyway (with the validating webhook gone, as before it existed), it
 //! leaves pod creation and the other SidecarSets' upgrades working, and
-//! says why it is skipped.
+//! says why it is skipped. A CloneSet nobody can read likewise costs only
+//! itself.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,6 +12,7 @@ mod support;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
+use kruise_api::CloneSet;
 use kruise_core::cloneset::{container_status, has_ready_condition};
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
@@ -35,9 +37,33 @@ spec:
     image: busybox
 ";
 
-fn apply_typo(kubeconfig: &Path) -> std::process::Output {
-    let file = std::env::temp_dir().join(format!("typo-sidecarset-{}.yaml", std::process::id()));
-    std::fs::write(&file, TYPO).unwrap();
+/// A CloneSet with a typo the CRD's schema lets through (the strategy type
+/// is a free string there, as in OpenKruise's CRD).
+const CLONESET_TYPO: &str = "\
+apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: typo-clone
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: typo-clone
+  template:
+    metadata:
+      labels:
+        app: typo-clone
+    spec:
+      containers:
+      - name: main
+        image: nginx
+  updateStrategy:
+    type: InPlaceIfPosible
+";
+
+fn apply_text(kubeconfig: &Path, text: &str) -> std::process::Output {
+    let file = std::env::temp_dir().join(format!("bad-object-{}.yaml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
     let applied = kubectl_output(kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
     let _ = std::fs::remove_file(&file);
     applied
@@ -46,6 +72,10 @@ fn apply_typo(kubeconfig: &Path) -> std::process::Output {
 /// The validating webhook refuses the typo, naming the field; with the
 /// webhook removed (as before it existed) the API server's schema alone
 /// takes it.
+fn apply_typo(kubeconfig: &Path) -> std::process::Output {
+    apply_text(kubeconfig, TYPO)
+}
+
 async fn refuse_then_store_typo(kubeconfig: &Path) {
     let refused = apply_typo(kubeconfig);
     let message = String::from_utf8_lossy(&refused.stderr);
@@ -134,21 +164,48 @@ async fn an_unreadable_sidecarset_costs_only_itself() {
     .await;
 
     // The bad one says why it does nothing.
-    let events = eventually("an InvalidSpec event on the typo SidecarSet", || async {
+    let events = invalid_spec_events(&kubeconfig, "typo").await;
+    assert!(events.contains("RollingUpdat"), "{events}");
+
+    // Likewise a CloneSet nobody can read: skipped and reported, while
+    // the user's CloneSet is scaled as usual.
+    let stored = apply_text(&kubeconfig, CLONESET_TYPO);
+    assert!(
+        stored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stored.stderr)
+    );
+    let demo = examples().join("cloneset-surge-partition.yaml");
+    kubectl(&kubeconfig, &["apply", "-f", demo.to_str().unwrap()]);
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
+    wait_for(&clonesets, "demo", "5 ready replicas", |c| {
+        c.status
+            .as_ref()
+            .filter(|s| s.ready_replicas == 5)
+            .map(drop)
+    })
+    .await;
+    let events = invalid_spec_events(&kubeconfig, "typo-clone").await;
+    assert!(events.contains("InPlaceIfPosible"), "{events}");
+}
+
+/// The events on `name` once an InvalidSpec one is among them (JSON).
+async fn invalid_spec_events(kubeconfig: &Path, name: &str) -> String {
+    let selector = format!("involvedObject.name={name}");
+    eventually(&format!("an InvalidSpec event on {name}"), || async {
         let out = kubectl(
-            &kubeconfig,
+            kubeconfig,
             &[
                 "get",
                 "events",
                 "-A",
                 "--field-selector",
-                "involvedObject.name=typo",
+                &selector,
                 "-o",
                 "json",
             ],
         );
         out.contains("InvalidSpec").then_some(out)
     })
-    .await;
-    assert!(events.contains("RollingUpdat"), "{events}");
+    .await
 }

@@ -1,6 +1,7 @@
 //! Kubernetes events on the distribution. Publishing is best effort: a
 //! failure is logged and never fails the reconcile.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kruise_api::ResourceDistribution;
 use kruise_api::resourcedistribution::ResourceDistributionConditionType as ConditionType;
 use kruise_core::resourcedistribution::{Action, Failure, ResourceIdentity};
@@ -45,7 +46,7 @@ pub(crate) async fn writes_done(
         );
         publish(
             context,
-            distribution,
+            &distribution.object_ref(&()),
             EventType::Normal,
             reason,
             capitalized(action_verb),
@@ -79,7 +80,7 @@ pub(crate) async fn failures(
         let reason = format!("{condition:?}");
         publish(
             context,
-            distribution,
+            &distribution.object_ref(&()),
             EventType::Warning,
             &reason,
             "Distribute",
@@ -89,12 +90,8 @@ pub(crate) async fn failures(
     }
 }
 
-/// The distribution cannot be planned: only a new spec helps.
-pub(crate) async fn invalid_spec(
-    context: &Context,
-    distribution: &ResourceDistribution,
-    message: &str,
-) {
+/// The distribution cannot be read or planned: only a new spec helps.
+pub(crate) async fn invalid_spec(context: &Context, distribution: &ObjectReference, message: &str) {
     publish(
         context,
         distribution,
@@ -108,7 +105,7 @@ pub(crate) async fn invalid_spec(
 
 async fn publish(
     context: &Context,
-    distribution: &ResourceDistribution,
+    reference: &ObjectReference,
     type_: EventType,
     reason: &str,
     action: &str,
@@ -121,10 +118,9 @@ async fn publish(
         action: action.to_owned(),
         secondary: None,
     };
-    let reference = distribution.object_ref(&());
-    if let Err(error) = context.recorder.publish(&event, &reference).await {
+    if let Err(error) = context.recorder.publish(&event, reference).await {
         tracing::warn!(
-            distribution = distribution.metadata.name.as_deref().unwrap_or_default(),
+            distribution = reference.name.as_deref().unwrap_or_default(),
             reason,
             %error,
             "cannot publish an event"

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kruise_api::ResourceDistribution;
+use kruise_api::{ResourceDistribution, Stored};
 use kruise_core::resourcedistribution::{ResourceKind, read_resource};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
@@ -53,7 +53,9 @@ pub const FIELD_MANAGER: &str = "kruise-resourcedistribution-controller";
 /// task being dropped). Errors are logged and retried; nothing here
 /// panics.
 pub async fn run(client: Client) {
-    let distributions: Api<ResourceDistribution> = Api::all(client.clone());
+    // Stored<_>: one distribution our types cannot read must not fail the
+    // watch of all the others (reconcile reports and skips it).
+    let distributions: Api<Stored<ResourceDistribution>> = Api::all(client.clone());
     let namespace_changes = watcher(
         Api::<Namespace>::all(client.clone()),
         watcher::Config::default(),
@@ -113,15 +115,15 @@ pub async fn run(client: Client) {
 /// reconciled concurrently under several names).
 fn triggers<K>(
     kind: ResourceKind,
-    store: Store<ResourceDistribution>,
-) -> impl Fn(K) -> Vec<ObjectRef<ResourceDistribution>> + Send + Sync + 'static
+    store: Store<Stored<ResourceDistribution>>,
+) -> impl Fn(K) -> Vec<ObjectRef<Stored<ResourceDistribution>>> + Send + Sync + 'static
 where
     K: Resource,
 {
     move |object: K| {
         let meta = object.meta();
         let name = meta.name.as_deref().unwrap_or_default();
-        let mut refs: Vec<ObjectRef<ResourceDistribution>> = meta
+        let mut refs: Vec<ObjectRef<Stored<ResourceDistribution>>> = meta
             .owner_references
             .iter()
             .flatten()
@@ -136,8 +138,10 @@ where
             .map(|owner| ObjectRef::new(&owner.name))
             .collect();
         for distribution in store.state() {
-            let distributes = read_resource(&distribution.spec.resource)
-                .is_ok_and(|resource| resource.kind == kind && resource.name == name);
+            let distributes = distribution.object.as_ref().is_ok_and(|readable| {
+                read_resource(&readable.spec.resource)
+                    .is_ok_and(|resource| resource.kind == kind && resource.name == name)
+            });
             if distributes {
                 let reference = ObjectRef::from_obj(distribution.as_ref());
                 if !refs.contains(&reference) {
@@ -157,7 +161,7 @@ mod tests {
 
     use super::*;
 
-    fn distribution(name: &str, kind: &str, resource_name: &str) -> ResourceDistribution {
+    fn distribution(name: &str, kind: &str, resource_name: &str) -> Stored<ResourceDistribution> {
         serde_json::from_value(json!({
             "apiVersion": "apps.kruise.io/v1alpha1",
             "kind": "ResourceDistribution",
@@ -170,7 +174,9 @@ mod tests {
         .unwrap()
     }
 
-    fn store(distributions: Vec<ResourceDistribution>) -> Store<ResourceDistribution> {
+    fn store(
+        distributions: Vec<Stored<ResourceDistribution>>,
+    ) -> Store<Stored<ResourceDistribution>> {
         let mut writer = Writer::default();
         for distribution in distributions {
             writer.apply_watcher_event(&watcher::Event::Apply(distribution));
@@ -182,7 +188,7 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn names(refs: &[ObjectRef<ResourceDistribution>]) -> Vec<&str> {
+    fn names(refs: &[ObjectRef<Stored<ResourceDistribution>>]) -> Vec<&str> {
         refs.iter().map(|r| r.name.as_str()).collect()
     }
 

@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::ResourceDistribution;
+use kruise_api::{ResourceDistribution, Stored};
 use kruise_core::resourcedistribution::{
     Action as Write, Failure, PlanError, ReconcileInput, needs_status_write, plan, read_resource,
 };
+use kube::Resource;
 use kube::runtime::controller::Action;
 
 use crate::cluster::{self, ReadError, StatusWrite};
@@ -27,10 +29,17 @@ pub(crate) enum Error {
 }
 
 pub(crate) async fn reconcile(
-    distribution: Arc<ResourceDistribution>,
+    stored: Arc<Stored<ResourceDistribution>>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
-    let name = distribution.metadata.name.clone().unwrap_or_default();
+    let name = stored.name().to_owned();
+    let distribution = match &stored.object {
+        Ok(distribution) => distribution,
+        Err(reason) => {
+            let message = format!("cannot read this ResourceDistribution: {reason}");
+            return Ok(invalid(&context, &stored.object_ref(&()), &name, &message).await);
+        }
+    };
     if distribution.metadata.deletion_timestamp.is_some() {
         // The garbage collector deletes the copies (controller owner
         // references); there is nothing to do here.
@@ -38,21 +47,24 @@ pub(crate) async fn reconcile(
     }
     let resource = match read_resource(&distribution.spec.resource) {
         Ok(resource) => resource,
-        Err(message) => return Ok(invalid(&context, &distribution, &message).await),
+        Err(message) => {
+            return Ok(invalid(&context, &distribution.object_ref(&()), &name, &message).await);
+        }
     };
     let client = &context.client;
     let namespaces = cluster::namespaces(client).await?;
     let existing = cluster::existing(client, &resource).await?;
     let now = Timestamp::now();
     let plan = match plan(&ReconcileInput {
-        distribution: &distribution,
+        distribution,
         namespaces: &namespaces,
         existing: &existing,
         now,
     }) {
         Ok(plan) => plan,
         Err(error @ (PlanError::InvalidResource(_) | PlanError::InvalidSelector(_))) => {
-            return Ok(invalid(&context, &distribution, &error.to_string()).await);
+            let reference = distribution.object_ref(&());
+            return Ok(invalid(&context, &reference, &name, &error.to_string()).await);
         }
         Err(error) => return Err(Error::Plan(error)),
     };
@@ -65,17 +77,17 @@ pub(crate) async fn reconcile(
         .filter(|(_, failure)| failure.is_none())
         .map(|(action, _)| action)
         .collect();
-    events::writes_done(&context, &distribution, &plan.resource, &done).await;
+    events::writes_done(&context, distribution, &plan.resource, &done).await;
     let action_failures: Vec<Failure> = outcomes.into_iter().flatten().collect();
     events::failures(
         &context,
-        &distribution,
+        distribution,
         &action_failures.iter().collect::<Vec<_>>(),
     )
     .await;
 
-    let status = plan.status_after(&distribution, &action_failures, now);
-    if needs_status_write(&distribution, &status) {
+    let status = plan.status_after(distribution, &action_failures, now);
+    if needs_status_write(distribution, &status) {
         tracing::info!(
             distribution = %name,
             desired = status.desired,
@@ -87,11 +99,11 @@ pub(crate) async fn reconcile(
         // status changes, not on every reconcile.
         events::failures(
             &context,
-            &distribution,
+            distribution,
             &plan.failures.iter().collect::<Vec<_>>(),
         )
         .await;
-        let written = cluster::write_status(client, &distribution, status)
+        let written = cluster::write_status(client, distribution, status)
             .await
             .map_err(Error::Status)?;
         if written == StatusWrite::Stale {
@@ -122,11 +134,11 @@ pub(crate) async fn reconcile(
 /// The signature kube's `Controller::run` asks for.
 #[allow(clippy::needless_pass_by_value)]
 pub(crate) fn error_policy(
-    distribution: Arc<ResourceDistribution>,
+    distribution: Arc<Stored<ResourceDistribution>>,
     error: &Error,
     context: Arc<Context>,
 ) -> Action {
-    let name = distribution.metadata.name.as_deref().unwrap_or_default();
+    let name = distribution.name();
     let delay = context.backoff.next(name);
     tracing::warn!(distribution = name, %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -134,8 +146,12 @@ pub(crate) fn error_policy(
 
 /// Logs and reports a distribution that cannot be planned; it waits for a
 /// new spec.
-async fn invalid(context: &Context, distribution: &ResourceDistribution, message: &str) -> Action {
-    let name = distribution.metadata.name.as_deref().unwrap_or_default();
+async fn invalid(
+    context: &Context,
+    distribution: &ObjectReference,
+    name: &str,
+    message: &str,
+) -> Action {
     tracing::warn!(
         distribution = name,
         message,
