@@ -17,6 +17,10 @@ pub const POD_CHAIN: &str = "pods";
 /// The pod webhook pointing at `base_url` (e.g. `https://127.0.0.1:8443`),
 /// trusted through `ca_pem`. Pods in namespaces labelled `control-plane`
 /// are left alone, as OpenKruise does.
+/// Namespaces whose pods the pod webhook never sees, so that they start
+/// even while the webhook host is down.
+pub const SYSTEM_NAMESPACES: [&str; 2] = ["kube-system", "kruise-system"];
+
 pub fn pod_webhook(base_url: &str, ca_pem: &str) -> Value {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     json!({
@@ -36,8 +40,16 @@ pub fn pod_webhook(base_url: &str, ca_pem: &str) -> Value {
                 "operations": ["CREATE"],
                 "resources": ["pods"],
             }],
+            // Fail: while the host is down, pods wait rather than start
+            // without their sidecars or launch order. Namespaces whose pods
+            // must start even then are never sent: OpenKruise's
+            // `control-plane` exclusion, kube-system, and our own.
             "namespaceSelector": {
-                "matchExpressions": [{"key": "control-plane", "operator": "DoesNotExist"}],
+                "matchExpressions": [
+                    {"key": "control-plane", "operator": "DoesNotExist"},
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                     "values": SYSTEM_NAMESPACES},
+                ],
             },
             "failurePolicy": "Fail",
             "sideEffects": "None",

@@ -176,6 +176,25 @@ async fn ordered_pods_start_one_priority_level_at_a_time() {
     assert_eq!(container_names(&pod), ["sidecar1", "app"]);
     assert_eq!(barrier_keys(config_maps, "chained").await, ["p_-1", "p_0"]);
 
+    // kube-system is never sent to the pod webhook (so its pods start
+    // even while the host is down): no barrier there.
+    let system: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let untouched = system
+        .create(&dry_run, &ordered_pod("system", &["a", "b"], 0, &json!({})))
+        .await
+        .unwrap();
+    let gated = untouched.spec.iter().flat_map(|s| &s.containers).any(|c| {
+        c.env
+            .iter()
+            .flatten()
+            .any(|e| e.name == kruise_core::launch_priority::BARRIER_ENV)
+    });
+    assert!(!gated, "a kube-system pod went through the pod webhook");
+
     // The ConfigMap goes with its pod (the garbage collector follows the
     // owner reference).
     pods.delete("ordered", &DeleteParams::default())
