@@ -17,6 +17,7 @@ const POLICIES: &[(&str, &str)] = &[
         "validate-resourcedistribution",
     ),
     ("kruise-validate-sidecarset", "validate-sidecarset"),
+    ("kruise-validate-cloneset", "validate-cloneset"),
     ("kruise-bench-add-label", "add-label"),
 ];
 

@@ -12,7 +12,8 @@ use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_policy_modules::{
-    LAUNCH_PRIORITY, SIDECARSET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
+    LAUNCH_PRIORITY, SIDECARSET, VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION,
+    VALIDATE_SIDECARSET,
 };
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
@@ -115,6 +116,7 @@ impl DevEnvironment {
             &[
                 (VALIDATE_RESOURCEDISTRIBUTION.name, "resourcedistributions"),
                 (VALIDATE_SIDECARSET.name, "sidecarsets"),
+                (VALIDATE_CLONESET.name, "clonesets"),
             ],
         );
         webhook::register(&client, &validation).await?;
@@ -181,6 +183,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         LAUNCH_PRIORITY,
         VALIDATE_RESOURCEDISTRIBUTION,
         VALIDATE_SIDECARSET,
+        VALIDATE_CLONESET,
     ] {
         write(&format!("{}.wasm", module.name), module.wasm)?;
     }
@@ -203,6 +206,10 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         },
         VALIDATE_RESOURCEDISTRIBUTION.name: {
             "module": format!("{}.wasm", VALIDATE_RESOURCEDISTRIBUTION.name),
+            "settings": {},
+        },
+        VALIDATE_CLONESET.name: {
+            "module": format!("{}.wasm", VALIDATE_CLONESET.name),
             "settings": {},
         },
         VALIDATE_SIDECARSET.name: {

@@ -69,7 +69,7 @@ fn apply_text(kubeconfig: &Path, text: &str) -> std::process::Output {
     applied
 }
 
-/// The validating webhook refuses the typo, naming the field; with the
+/// The validating webhooks refuse both typos, naming the field; with the
 /// webhook removed (as before it existed) the API server's schema alone
 /// takes it.
 fn apply_typo(kubeconfig: &Path) -> std::process::Output {
@@ -83,6 +83,13 @@ async fn refuse_then_store_typo(kubeconfig: &Path) {
     assert!(
         message.contains("denied the request")
             && message.contains("spec.updateStrategy.type: unknown variant `RollingUpdat`"),
+        "{message}"
+    );
+    let refused = apply_text(kubeconfig, CLONESET_TYPO);
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && message.contains("spec.updateStrategy.type: unknown variant `InPlaceIfPosible`"),
         "{message}"
     );
     kubectl(

@@ -30,6 +30,7 @@ mod settings;
 mod sort;
 mod status;
 mod update;
+pub mod validation;
 
 pub use diffs::{Diffs, Pass, calculate_diffs};
 pub use in_place::{InPlaceUpdateSpec, calculate_in_place_update, is_in_place_update_completed};

@@ -7,18 +7,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod validation_common;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::{SidecarSet, Strictness, object_from_value};
 use kruise_core::sidecarset::validation::{ClusterView, Violation, validate};
 use serde_json::{Value, json};
 
-fn fixture() -> Value {
-    serde_yaml::from_str(include_str!("../../fixtures/sidecarset/validation.yaml")).unwrap()
-}
+const CASES: &str = include_str!("../../fixtures/sidecarset/validation.yaml");
 
 /// The valid SidecarSet every case changes.
 fn base() -> Value {
-    fixture()["base"].clone()
+    validation_common::cases(CASES).0
 }
 
 fn set(value: Value) -> SidecarSet {
@@ -44,38 +44,18 @@ fn the_base_is_valid() {
     assert_eq!(create(&set(base())), []);
 }
 
-/// The shared cases (policies/fixtures/sidecarset/validation.yaml): the
-/// base with one value changed, and the one field refused.
-fn fixture_cases() -> Vec<(String, Value, String)> {
-    let file = fixture();
-    file["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|case| {
-            let mut object = file["base"].clone();
-            let pointer = case["set"].as_str().unwrap();
-            let (parent, key) = pointer.rsplit_once('/').unwrap();
-            let parent = object.pointer_mut(parent).unwrap();
-            match parent {
-                Value::Array(items) => items[key.parse::<usize>().unwrap()] = case["value"].clone(),
-                other => {
-                    other[key] = case["value"].clone();
-                }
-            }
-            let name = case["name"].as_str().unwrap().to_owned();
-            (name, object, case["refused"].as_str().unwrap().to_owned())
-        })
-        .collect()
-}
-
 /// A value our types refuse (an unknown enum value) is refused by the
 /// parse, naming the field; everything else by [`validate`].
 #[test]
 fn validate_sidecar_set() {
-    let cases = fixture_cases();
+    let (_, cases) = validation_common::cases(CASES);
     assert!(cases.len() >= 25);
-    for (name, object, field) in cases {
+    for validation_common::Case {
+        name,
+        object,
+        refused: field,
+    } in cases
+    {
         match object_from_value::<SidecarSet>(object, Strictness::Lenient) {
             Err(error) => assert!(
                 error.to_string().starts_with(&format!("{field}:")),

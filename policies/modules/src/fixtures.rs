@@ -125,3 +125,77 @@ mod tests {
         assert_eq!(metadata["annotations"]["other"], "x");
     }
 }
+
+/// One case of a `<kind>/validation.yaml` fixture: the valid base with one
+/// value set, and the field the validating module must then refuse.
+#[derive(Debug, Clone)]
+pub struct ValidationCase {
+    pub name: String,
+    pub object: Value,
+    pub refused: String,
+}
+
+/// The base object and the cases of `policies/fixtures/<kind>/validation.yaml`.
+pub fn validation_cases(kind: &str) -> Result<(Value, Vec<ValidationCase>), String> {
+    let path = dir().join(kind).join("validation.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file: Value =
+        serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let base = file["base"].clone();
+    let mut cases = Vec::new();
+    for case in file["cases"].as_array().into_iter().flatten() {
+        let text = |key: &str| {
+            case[key]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{}: a case without {key}", path.display()))
+        };
+        let mut object = base.clone();
+        let pointer = text("set")?;
+        let (parent, key) = pointer.rsplit_once('/').unwrap_or_default();
+        match object.pointer_mut(parent) {
+            Some(Value::Array(items)) => {
+                let slot = key.parse::<usize>().ok().and_then(|i| items.get_mut(i));
+                *slot.ok_or_else(|| format!("no item {pointer}"))? = case["value"].clone();
+            }
+            Some(Value::Object(fields)) => {
+                fields.insert(key.to_owned(), case["value"].clone());
+            }
+            _ => return Err(format!("{}: nothing at {parent}", path.display())),
+        }
+        cases.push(ValidationCase {
+            name: text("name")?,
+            object,
+            refused: text("refused")?,
+        });
+    }
+    Ok((base, cases))
+}
+
+/// An AdmissionRequest of `operation` on an `apps.kruise.io/v1alpha1`
+/// object of `kind` (plural `resource`), shaped as policy-server sends it.
+pub fn kruise_request(
+    kind: &str,
+    resource: &str,
+    operation: &str,
+    object: &Value,
+    old: Option<&Value>,
+) -> Value {
+    let mut request = json!({
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": kind},
+        "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": resource},
+        "name": object["metadata"]["name"],
+        "operation": operation,
+        "userInfo": {"username": "admin", "groups": ["system:masters"]},
+        "object": object,
+        "dryRun": false,
+    });
+    if let Some(namespace) = object["metadata"]["namespace"].as_str() {
+        request["namespace"] = json!(namespace);
+    }
+    if let Some(old) = old {
+        request["oldObject"] = old.clone();
+    }
+    request
+}

@@ -39,6 +39,11 @@ pub const VALIDATE_SIDECARSET: PolicyModule = PolicyModule {
     wasm: include_bytes!(concat!(env!("OUT_DIR"), "/validate-sidecarset.wasm")),
 };
 
+pub const VALIDATE_CLONESET: PolicyModule = PolicyModule {
+    name: "validate-cloneset",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/validate-cloneset.wasm")),
+};
+
 /// Adds the label its settings name: not a product policy but the webhook
 /// host benchmark's subject, the work policy-server was measured with.
 /// Not in [`ALL`], so not exported or deployed.
@@ -56,4 +61,5 @@ pub const ALL: &[PolicyModule] = &[
     LAUNCH_PRIORITY,
     VALIDATE_RESOURCEDISTRIBUTION,
     VALIDATE_SIDECARSET,
+    VALIDATE_CLONESET,
 ];

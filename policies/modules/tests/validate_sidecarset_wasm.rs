@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use guest::{Guest, validation_request};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kruise_policy_modules::VALIDATE_SIDECARSET;
+use kruise_policy_modules::{VALIDATE_SIDECARSET, fixtures};
 use kruise_policy_support::cluster::{Cluster, ListedSidecarSets, read_sidecar_sets};
 use serde_json::{Value, json};
 
@@ -28,20 +28,7 @@ fn sidecar_set(name: &str, container: &str) -> Value {
 }
 
 fn admission(operation: &str, object: &Value, old: Option<&Value>) -> Value {
-    let mut request = json!({
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "SidecarSet"},
-        "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "sidecarsets"},
-        "name": object["metadata"]["name"],
-        "operation": operation,
-        "userInfo": {"username": "admin", "groups": ["system:masters"]},
-        "object": object,
-        "dryRun": false,
-    });
-    if let Some(old) = old {
-        request["oldObject"] = old.clone();
-    }
-    request
+    fixtures::kruise_request("SidecarSet", "sidecarsets", operation, object, old)
 }
 
 /// The cluster both sides read: these SidecarSets, no revisions.
@@ -160,28 +147,19 @@ fn other_kinds_and_operations_pass() {
 /// module: refused with 422, the message naming the case's field.
 #[test]
 fn every_shared_case_is_refused_naming_its_field() {
-    let file: Value =
-        serde_yaml::from_str(include_str!("../../fixtures/sidecarset/validation.yaml")).unwrap();
+    let (base, cases) = fixtures::validation_cases("sidecarset").unwrap();
     let cluster = Stored(Vec::new());
-    let accepted = answer(&cluster, &admission("CREATE", &file["base"], None));
+    let accepted = answer(&cluster, &admission("CREATE", &base, None));
     assert_eq!(accepted["accepted"], true, "the base: {accepted}");
-    let cases = file["cases"].as_array().unwrap();
     assert!(cases.len() >= 25);
     for case in cases {
-        let mut object = file["base"].clone();
-        let (parent, key) = case["set"].as_str().unwrap().rsplit_once('/').unwrap();
-        match object.pointer_mut(parent).unwrap() {
-            Value::Array(items) => items[key.parse::<usize>().unwrap()] = case["value"].clone(),
-            parent => parent[key] = case["value"].clone(),
-        }
-        let response = answer(&cluster, &admission("CREATE", &object, None));
-        let name = case["name"].as_str().unwrap();
-        assert_eq!(response["code"], 422, "{name}: {response}");
+        let response = answer(&cluster, &admission("CREATE", &case.object, None));
+        assert_eq!(response["code"], 422, "{}: {response}", case.name);
         let message = response["message"].as_str().unwrap();
-        let field = case["refused"].as_str().unwrap();
         assert!(
-            message.contains(&format!(": {field}:")),
-            "{name}: {message}"
+            message.contains(&format!(": {}:", case.refused)),
+            "{}: {message}",
+            case.name
         );
     }
 }

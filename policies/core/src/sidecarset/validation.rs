@@ -28,6 +28,12 @@ use super::{revision, sidecar_set_name};
 use crate::names::dns_label_error;
 use crate::selector;
 pub use crate::validation::Violation;
+use crate::validation::{check_priority, check_scatter, positive_int_or_percent_error};
+
+/// Selectors of a SidecarSet, named as OpenKruise's messages do.
+fn check_selector(selector: &LabelSelector, field: &str, out: &mut Vec<Violation>) {
+    crate::validation::check_selector(selector, field, "sidecarset", out);
+}
 
 const NAME_MAX_LENGTH: usize = 63;
 
@@ -96,19 +102,6 @@ fn check_name(set: &SidecarSet, out: &mut Vec<Violation>) {
     }
 }
 
-/// Valid and not empty (an empty selector would select every pod).
-fn check_selector(selector: &LabelSelector, field: &str, out: &mut Vec<Violation>) {
-    if let Err(error) = selector::validate(selector) {
-        out.push(Violation::new(field, format!("Invalid value: {error}")));
-    }
-    if selector::is_empty(selector) {
-        out.push(Violation::new(
-            field,
-            "Invalid value: empty selector is not valid for sidecarset",
-        ));
-    }
-}
-
 fn check_injection_revision(
     set: &SidecarSet,
     revisions: &[ControllerRevision],
@@ -163,79 +156,13 @@ fn check_update_strategy(strategy: &SidecarSetUpdateStrategy, out: &mut Vec<Viol
             out.push(Violation::new(format!("{field}.{name}"), message));
         }
     }
-    check_priority(strategy, field, out);
-    check_scatter(strategy, field, out);
-}
-
-/// Kubernetes' `ValidatePositiveIntOrPercent`: an integer >= 0, or digits
-/// followed by `%`.
-fn positive_int_or_percent_error(value: &IntOrString) -> Option<String> {
-    match value {
-        IntOrString::Int(n) if *n < 0 => Some(format!(
-            "Invalid value: {n}: must be greater than or equal to 0"
-        )),
-        IntOrString::Int(_) => None,
-        IntOrString::String(text) => {
-            let digits = text.strip_suffix('%').unwrap_or_default();
-            let valid = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit());
-            (!valid).then(|| {
-                format!("Invalid value: {text:?}: must be an integer or percentage (e.g '5%')")
-            })
-        }
-    }
-}
-
-fn check_priority(strategy: &SidecarSetUpdateStrategy, field: &str, out: &mut Vec<Violation>) {
-    let Some(priority) = &strategy.priority_strategy else {
-        return;
-    };
-    let field = format!("{field}.priorityStrategy");
-    if !priority.weight_priority.is_empty() && !priority.order_priority.is_empty() {
-        out.push(Violation::new(
-            &field,
-            "Invalid value: only one of weightPriority and orderPriority can be used",
-        ));
-    }
-    for (index, term) in priority.weight_priority.iter().enumerate() {
-        let term_field = format!("{field}.weightPriority[{index}]");
-        if !(0..=100).contains(&term.weight) {
-            out.push(Violation::new(
-                format!("{term_field}.weight"),
-                format!("Invalid value: {}: weight must be in [0, 100]", term.weight),
-            ));
-        }
-        check_selector(
-            &term.match_selector,
-            &format!("{term_field}.matchSelector"),
-            out,
-        );
-    }
-    for (index, term) in priority.order_priority.iter().enumerate() {
-        if term.ordered_key.is_empty() {
-            out.push(Violation::new(
-                format!("{field}.orderPriority[{index}].orderedKey"),
-                "Required value: orderedKey cannot be empty",
-            ));
-        }
-    }
-}
-
-fn check_scatter(strategy: &SidecarSetUpdateStrategy, field: &str, out: &mut Vec<Violation>) {
-    let mut seen = BTreeSet::new();
-    for (index, term) in strategy.scatter_strategy.iter().enumerate() {
-        let term_field = format!("{field}.scatterStrategy[{index}]");
-        if term.key.is_empty() || term.value.is_empty() {
-            out.push(Violation::new(
-                term_field,
-                "Required value: key and value cannot be empty",
-            ));
-        } else if !seen.insert((&term.key, &term.value)) {
-            out.push(Violation::new(
-                term_field,
-                format!("Duplicate value: {}={}", term.key, term.value),
-            ));
-        }
-    }
+    check_priority(
+        strategy.priority_strategy.as_ref(),
+        field,
+        "sidecarset",
+        out,
+    );
+    check_scatter(&strategy.scatter_strategy, field, out);
 }
 
 fn check_containers(

@@ -1,0 +1,289 @@
+//! What OpenKruise's CloneSet validating webhook refuses (v1alpha1), every
+//! violation at once, each naming its field (OpenKruise's
+//! `pkg/webhook/cloneset/validating`).
+//!
+//! Not checked yet: that each newly added `podsToDelete` name is a live pod
+//! this CloneSet controls (it needs a pod lookup; duplicates are checked),
+//! and the full Kubernetes pod-template validation (ports, probes,
+//! resources): the template's containers, names, images and restart rules
+//! are.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kruise_api::CloneSet;
+use kruise_api::cloneset::{CloneSetUpdateStrategy, CloneSetUpdateStrategyType};
+use serde_json::Value;
+
+use super::intorstr::{scaled_value_from_int_or_percent, value_from_int_or_percent};
+use crate::names::{dns_label_error, dns_subdomain_error};
+use crate::selector;
+pub use crate::validation::Violation;
+use crate::validation::{check_priority, check_scatter, check_selector};
+
+/// The spec fields an update may change; any other (the selector) is fixed.
+const MUTABLE_SPEC_FIELDS: [&str; 9] = [
+    "replicas",
+    "template",
+    "scaleStrategy",
+    "updateStrategy",
+    "minReadySeconds",
+    "lifecycle",
+    "revisionHistoryLimit",
+    "volumeClaimTemplates",
+    "progressDeadlineSeconds",
+];
+
+/// The violations of `new`, created (`old` is `None`) or updated from
+/// `old`; empty when valid.
+pub fn validate(new: &CloneSet, old: Option<&CloneSet>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let name = new.metadata.name.as_deref().unwrap_or_default();
+    if let Some(message) = dns_subdomain_error(name) {
+        out.push(Violation::new("metadata.name", message));
+    }
+    let spec = &new.spec;
+    let replicas = spec.replicas.unwrap_or(1);
+    if replicas < 0 {
+        out.push(Violation::new(
+            "spec.replicas",
+            format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+        ));
+    }
+    check_selector(&spec.selector, "spec.selector", "cloneset", &mut out);
+    check_template(new, &mut out);
+    check_pods_to_delete(new, &mut out);
+    let strategy = spec.update_strategy.clone().unwrap_or_default();
+    check_update_strategy(&strategy, replicas, &mut out);
+    check_progress_deadline(new, &mut out);
+    if let Some(old) = old {
+        check_update(new, old, &strategy, &mut out);
+    }
+    out
+}
+
+fn check_template(set: &CloneSet, out: &mut Vec<Violation>) {
+    let template = &set.spec.template;
+    let labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    if selector::validate(&set.spec.selector).is_ok()
+        && !selector::matches(&set.spec.selector, &labels).unwrap_or(false)
+    {
+        out.push(Violation::new(
+            "spec.template.metadata.labels",
+            "Invalid value: `selector` does not match template `labels`",
+        ));
+    }
+    let Some(pod) = &template.spec else {
+        out.push(Violation::new("spec.template.spec", "Required value"));
+        return;
+    };
+    if pod
+        .restart_policy
+        .as_deref()
+        .is_some_and(|p| !p.is_empty() && p != "Always")
+    {
+        out.push(Violation::new(
+            "spec.template.spec.restartPolicy",
+            "Unsupported value: only \"Always\" is supported",
+        ));
+    }
+    if pod.active_deadline_seconds.is_some() {
+        out.push(Violation::new(
+            "spec.template.spec.activeDeadlineSeconds",
+            "Forbidden: activeDeadlineSeconds in CloneSet is not supported",
+        ));
+    }
+    if pod.containers.is_empty() {
+        out.push(Violation::new(
+            "spec.template.spec.containers",
+            "Required value",
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let all = [
+        (
+            "initContainers",
+            pod.init_containers.as_deref().unwrap_or_default(),
+        ),
+        ("containers", pod.containers.as_slice()),
+    ];
+    for (list, containers) in all {
+        for (index, container) in containers.iter().enumerate() {
+            let field = format!("spec.template.spec.{list}[{index}]");
+            match dns_label_error(&container.name) {
+                Some(message) => out.push(Violation::new(format!("{field}.name"), message)),
+                None if !names.insert(container.name.as_str()) => out.push(Violation::new(
+                    format!("{field}.name"),
+                    format!("Duplicate value: {:?}", container.name),
+                )),
+                None => {}
+            }
+            if container.image.as_deref().is_none_or(str::is_empty) {
+                out.push(Violation::new(format!("{field}.image"), "Required value"));
+            }
+        }
+    }
+}
+
+fn check_pods_to_delete(set: &CloneSet, out: &mut Vec<Violation>) {
+    let Some(scale) = &set.spec.scale_strategy else {
+        return;
+    };
+    let mut seen = BTreeSet::new();
+    for name in &scale.pods_to_delete {
+        if !seen.insert(name.as_str()) {
+            out.push(Violation::new(
+                "spec.scaleStrategy.podsToDelete",
+                format!("Invalid value: {name:?}: duplicated"),
+            ));
+        }
+    }
+}
+
+fn check_update_strategy(
+    strategy: &CloneSetUpdateStrategy,
+    replicas: i32,
+    out: &mut Vec<Violation>,
+) {
+    let field = "spec.updateStrategy";
+    let total = replicas.max(0);
+    if let Some(partition) = &strategy.partition {
+        match scaled_value_from_int_or_percent(partition, total, true) {
+            Err(error) => out.push(Violation::new(
+                format!("{field}.partition"),
+                format!("Invalid value: {error}"),
+            )),
+            Ok(value) if value < 0 => out.push(Violation::new(
+                format!("{field}.partition"),
+                format!("Invalid value: {value}: must be greater than or equal to 0"),
+            )),
+            Ok(_) => {}
+        }
+    }
+    check_priority(strategy.priority_strategy.as_ref(), field, "cloneset", out);
+    check_scatter(&strategy.scatter_strategy, field, out);
+    let scaled = |value: Option<&IntOrString>,
+                  default: IntOrString,
+                  name: &str,
+                  out: &mut Vec<Violation>| {
+        let value = value.cloned().unwrap_or(default);
+        match value_from_int_or_percent(&value, total, true) {
+            Ok(scaled) if scaled < 0 => {
+                out.push(Violation::new(
+                    format!("{field}.{name}"),
+                    format!("Invalid value: {scaled}: must be greater than or equal to 0"),
+                ));
+                None
+            }
+            Ok(scaled) => Some(scaled),
+            Err(error) => {
+                out.push(Violation::new(
+                    format!("{field}.{name}"),
+                    format!("Invalid value: {error}"),
+                ));
+                None
+            }
+        }
+    };
+    let unavailable = scaled(
+        strategy.max_unavailable.as_ref(),
+        IntOrString::String("20%".to_owned()),
+        "maxUnavailable",
+        out,
+    );
+    let surge = scaled(
+        strategy.max_surge.as_ref(),
+        IntOrString::Int(0),
+        "maxSurge",
+        out,
+    );
+    if strategy.type_ == Some(CloneSetUpdateStrategyType::InPlaceOnly)
+        && surge.is_some_and(|s| s > 0)
+    {
+        out.push(Violation::new(
+            format!("{field}.maxSurge"),
+            "Invalid value: can not use maxSurge with strategy type InPlaceOnly",
+        ));
+    }
+    if let (true, Some(unavailable), Some(surge)) = (total > 0, unavailable, surge)
+        && unavailable < 1
+        && surge < 1
+    {
+        out.push(Violation::new(
+            format!("{field}.maxUnavailable"),
+            "Invalid value: maxUnavailable should not be < 1 when maxSurge is < 1",
+        ));
+    }
+}
+
+fn check_progress_deadline(set: &CloneSet, out: &mut Vec<Violation>) {
+    let Some(deadline) = set.spec.progress_deadline_seconds else {
+        return;
+    };
+    let field = "spec.progressDeadlineSeconds";
+    if deadline < 0 {
+        out.push(Violation::new(
+            field,
+            format!("Invalid value: {deadline}: must be greater than or equal to 0"),
+        ));
+    } else if deadline != i32::MAX && deadline <= set.spec.min_ready_seconds.unwrap_or(0) {
+        out.push(Violation::new(
+            field,
+            "Invalid value: must be greater than minReadySeconds",
+        ));
+    }
+}
+
+/// Only the mutable fields change; with `InPlaceOnly`, the template's spec
+/// may change only in its containers' images.
+fn check_update(
+    new: &CloneSet,
+    old: &CloneSet,
+    strategy: &CloneSetUpdateStrategy,
+    out: &mut Vec<Violation>,
+) {
+    let fixed = |set: &CloneSet| -> Value {
+        let mut spec = serde_json::to_value(&set.spec).unwrap_or(Value::Null);
+        if let Some(object) = spec.as_object_mut() {
+            for field in MUTABLE_SPEC_FIELDS {
+                object.remove(field);
+            }
+        }
+        spec
+    };
+    if fixed(new) != fixed(old) {
+        out.push(Violation::new(
+            "spec",
+            format!(
+                "Forbidden: updates to cloneset spec for fields other than {} are forbidden",
+                MUTABLE_SPEC_FIELDS.map(|f| format!("'{f}'")).join(", ")
+            ),
+        ));
+    }
+    if strategy.type_ == Some(CloneSetUpdateStrategyType::InPlaceOnly)
+        && !only_images_changed(old, new)
+    {
+        out.push(Violation::new(
+            "spec.template",
+            "Forbidden: only the containers' images may change with strategy type InPlaceOnly",
+        ));
+    }
+}
+
+/// The template's spec differs at most in `containers[*].image`.
+fn only_images_changed(old: &CloneSet, new: &CloneSet) -> bool {
+    let without_images = |set: &CloneSet| -> Value {
+        let mut spec = serde_json::to_value(&set.spec.template.spec).unwrap_or(Value::Null);
+        for container in spec["containers"].as_array_mut().into_iter().flatten() {
+            if let Some(container) = container.as_object_mut() {
+                container.remove("image");
+            }
+        }
+        spec
+    };
+    without_images(old) == without_images(new)
+}
