@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kruise_api::ResourceDistribution;
 use kruise_api::resourcedistribution::ResourceDistributionConditionType as ConditionType;
+use kruise_controller_runtime::events::truncate;
 use kruise_core::resourcedistribution::{Action, Failure, ResourceIdentity};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
@@ -150,13 +151,6 @@ fn list(namespaces: &[&str]) -> String {
     }
 }
 
-fn truncate(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,11 +164,5 @@ mod tests {
             list(&many),
             "ns-1, ns-2, ns-3, ns-4, ns-5, ns-6, ns-7, ns-8, ns-9, ns-10 and 2 more"
         );
-    }
-
-    #[test]
-    fn truncation_respects_characters() {
-        assert_eq!(truncate("héllo", 10), "héllo");
-        assert_eq!(truncate("héllo", 2), "hé...");
     }
 }

@@ -1,5 +1,6 @@
 //! One retry backoff for every controller: per object, doubling from
-//! [`BASE`] to [`MAX`], forgotten after a good round.
+//! [`BASE`] to a cap ([`MAX`] unless the controller sets its own),
+//! forgotten after a good round.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -11,17 +12,32 @@ pub const BASE: Duration = Duration::from_millis(500);
 pub const MAX: Duration = Duration::from_mins(5);
 
 /// Consecutive failures per object key (a name, or `namespace/name`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Backoff {
     failures: Mutex<HashMap<String, u32>>,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::with_max(MAX)
+    }
 }
 
 impl Backoff {
+    /// Doubling from [`BASE`] up to `max`.
+    pub fn with_max(max: Duration) -> Self {
+        Self {
+            failures: Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
     /// One more failure of `key`: how long to wait before the retry.
     pub fn next(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         let count = failures.entry(key.to_owned()).or_insert(0);
-        let delay = delay_after(*count);
+        let delay = delay_after(*count).min(self.max);
         *count = count.saturating_add(1);
         delay
     }
@@ -62,5 +78,14 @@ mod tests {
         assert_eq!(backoff.next("b"), BASE);
         backoff.reset("a");
         assert_eq!(backoff.next("a"), BASE);
+    }
+
+    #[test]
+    fn a_controller_may_cap_lower() {
+        let backoff = Backoff::with_max(Duration::from_mins(1));
+        for _ in 0..20 {
+            backoff.next("s");
+        }
+        assert_eq!(backoff.next("s"), Duration::from_mins(1));
     }
 }

@@ -1,5 +1,5 @@
 //! In-memory bookkeeping between rounds: the upgrades the planner asked the
-//! controller to remember, and the per-SidecarSet retry backoff.
+//! controller to remember.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -11,9 +11,6 @@ use kruise_core::sidecarset::update::{ExpectedHash, PodKey, Stage, UpdatePlan};
 /// expectation timeout is of the same order): the pod was most likely
 /// changed again by someone else, and the next round plans from what is.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_mins(1);
-
-const BACKOFF_BASE: Duration = Duration::from_millis(500);
-const BACKOFF_MAX: Duration = Duration::from_mins(1);
 
 #[derive(Debug)]
 struct Pending {
@@ -90,31 +87,6 @@ impl Expectations {
     }
 }
 
-/// Per-SidecarSet exponential retry delay, reset by a successful round.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    pub fn next_delay(&self, sidecar_set: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = failures.entry(sidecar_set.to_owned()).or_insert(0);
-        let delay = BACKOFF_BASE
-            .saturating_mul(1_u32 << (*count).min(16))
-            .min(BACKOFF_MAX);
-        *count = count.saturating_add(1);
-        delay
-    }
-
-    pub fn reset(&self, sidecar_set: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(sidecar_set);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -165,20 +137,5 @@ mod tests {
         expectations.forget("s");
         assert!(expectations.current("s").is_empty());
         assert!(expectations.current("other").is_empty());
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_a_minute_and_resets() {
-        let backoff = Backoff::default();
-        assert_eq!(backoff.next_delay("s"), Duration::from_millis(500));
-        assert_eq!(backoff.next_delay("s"), Duration::from_secs(1));
-        assert_eq!(backoff.next_delay("s"), Duration::from_secs(2));
-        for _ in 0..20 {
-            backoff.next_delay("s");
-        }
-        assert_eq!(backoff.next_delay("s"), Duration::from_mins(1));
-        backoff.reset("s");
-        assert_eq!(backoff.next_delay("s"), Duration::from_millis(500));
-        assert_eq!(backoff.next_delay("t"), Duration::from_millis(500));
     }
 }

@@ -52,6 +52,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::{SidecarSet, Stored};
+use kruise_controller_runtime::backoff::Backoff;
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
@@ -91,7 +92,7 @@ pub(crate) struct Context {
     pub recorder: Recorder,
     pub expectations: expectations::Expectations,
     pub defaulted: defaults::Defaulted,
-    pub backoff: expectations::Backoff,
+    pub backoff: Backoff,
 }
 
 /// Runs the SidecarSet controller until the watches end (they do not, short
@@ -114,7 +115,8 @@ pub async fn run(client: Client) {
         ),
         expectations: expectations::Expectations::default(),
         defaulted: defaults::Defaulted::default(),
-        backoff: expectations::Backoff::default(),
+        // A SidecarSet retries at least once a minute.
+        backoff: Backoff::with_max(Duration::from_mins(1)),
     });
     // Stored<_>: one SidecarSet our types cannot read must not fail the
     // watch of all the others (reconcile reports and skips it).
@@ -166,7 +168,7 @@ fn error_policy(
     context: Arc<Context>,
 ) -> Action {
     let name = sidecar_set.name().to_owned();
-    let delay = context.backoff.next_delay(&name);
+    let delay = context.backoff.next(&name);
     tracing::warn!(sidecar_set = %name, %error, retry_in = ?delay, "SidecarSet reconcile failed");
     Action::requeue(delay)
 }

@@ -8,7 +8,7 @@
 mod guest;
 
 use guest::{Guest, custom_sections, validation_request};
-use kruise_policy_modules::{VALIDATE_RESOURCEDISTRIBUTION, cluster_admission_policy};
+use kruise_policy_modules::{VALIDATE_RESOURCEDISTRIBUTION, cluster_admission_policy, fixtures};
 use serde_json::{Value, json};
 
 fn cases() -> Vec<Value> {
@@ -20,27 +20,14 @@ fn cases() -> Vec<Value> {
     file["cases"].as_array().unwrap().clone()
 }
 
-/// An AdmissionRequest for a ResourceDistribution, shaped as policy-server
-/// sends it.
 fn admission(operation: &str, object: &Value, old: Option<&Value>) -> Value {
-    let mut request = json!({
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "ResourceDistribution"},
-        "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "resourcedistributions"},
-        "requestKind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "ResourceDistribution"},
-        "requestResource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "resourcedistributions"},
-        "operation": operation,
-        "userInfo": {"username": "admin", "groups": ["system:masters"]},
-        "object": object,
-        "dryRun": false,
-    });
-    if let Some(name) = object["metadata"]["name"].as_str() {
-        request["name"] = json!(name);
-    }
-    if let Some(old) = old {
-        request["oldObject"] = old.clone();
-    }
-    request
+    fixtures::kruise_request(
+        "ResourceDistribution",
+        "resourcedistributions",
+        operation,
+        object,
+        old,
+    )
 }
 
 fn case_request(case: &Value) -> Value {
