@@ -13,7 +13,7 @@ export const SUITES = {
 };
 
 /** Files of a suite's folder that are not its cases. */
-const NOT_CASES = { 'cloneset-rollout': ['planner-cases.yaml'] };
+const NOT_CASES = { 'cloneset-rollout': ['planner-cases.yaml', 'validation.yaml'] };
 
 /** The case files of a suite, sorted: every `*.yaml` of its folder. */
 export function caseFiles(suite) {
