@@ -17,10 +17,12 @@ pub const ACTIVE_LABEL: &str = "crr.apps.kruise.io/active";
 pub const POD_UID_LABEL: &str = "crr.apps.kruise.io/pod-uid";
 /// Label holding the node of the target pod (set by the webhook, immutable).
 pub const NODE_NAME_LABEL: &str = "crr.apps.kruise.io/node-name";
-/// Finalizer (and, up to v1.8, annotation) marking that this CRR holds the
-/// pod not-ready.
+/// Finalizer marking that this CRR holds the pod not-ready, and annotation
+/// with the time (RFC 3339) it started to: the not-ready grace counts from
+/// it, and it never changes once set.
 pub const UNREADY_ACQUIRED_KEY: &str = "crr.apps.kruise.io/unready-acquired";
-/// Annotation (up to v1.8) with the controller's container-status snapshot.
+/// Annotation with the controller's container-status snapshot: a JSON list
+/// of [`ContainerStatusSnapshot`].
 pub const SYNC_CONTAINER_STATUSES_ANNOTATION: &str = "crr.apps.kruise.io/sync-container-statuses";
 
 kruise_kind! {
@@ -168,6 +170,23 @@ pub struct ContainerRecreateRequestStatus {
     /// One entry per spec container, in spec order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub container_recreate_states: Vec<ContainerRecreateRequestContainerRecreateState>,
+}
+
+/// One container of the pod, as the controller saw it: an item of the
+/// [`SYNC_CONTAINER_STATUSES_ANNOTATION`] list. (OpenKruise's v1beta1 keeps
+/// the same list in its status; v1alpha1, this API, in the annotation.)
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatusSnapshot {
+    pub name: String,
+    pub ready: bool,
+    pub restart_count: i32,
+    #[serde(
+        rename = "containerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub container_id: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
