@@ -18,6 +18,7 @@ const POLICIES: &[(&str, &str)] = &[
     ),
     ("kruise-validate-sidecarset", "validate-sidecarset"),
     ("kruise-validate-cloneset", "validate-cloneset"),
+    ("kruise-mutate-crr", "mutate-crr"),
     ("kruise-bench-add-label", "add-label"),
 ];
 

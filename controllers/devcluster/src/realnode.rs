@@ -111,6 +111,21 @@ pub struct RealNode {
 }
 
 impl RealNode {
+    /// For tests: [`RealNode::start`], or `None` on a machine that cannot
+    /// host a real node, after printing `SKIPPED: ` and the exact reason
+    /// (CI greps for it). Any other failure fails the test.
+    pub async fn start_or_skip(cluster: &DevCluster) -> Option<Self> {
+        match Self::start(cluster).await {
+            Ok(node) => Some(node),
+            Err(error) if error.is_unsupported_machine() => {
+                println!("SKIPPED: no real node on this machine: {error}");
+                eprintln!("SKIPPED: no real node on this machine: {error}");
+                None
+            }
+            Err(error) => panic!("the real node did not start: {error}"),
+        }
+    }
+
     /// Starts the registry, pushes the test images, starts containerd and
     /// kubelet, and waits until the Node is Ready in `cluster`.
     pub async fn start(cluster: &DevCluster) -> Result<Self, RealNodeError> {

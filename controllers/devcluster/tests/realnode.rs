@@ -66,14 +66,8 @@ async fn real_node_runs_pods() {
         .try_init();
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
-    let mut node = match RealNode::start(&cluster).await {
-        Ok(node) => node,
-        Err(error) if error.is_unsupported_machine() => {
-            println!("SKIPPED: no real node on this machine: {error}");
-            eprintln!("SKIPPED: no real node on this machine: {error}");
-            return;
-        }
-        Err(error) => panic!("the real node did not start: {error}"),
+    let Some(mut node) = RealNode::start_or_skip(&cluster).await else {
+        return;
     };
     let work_dir = node.work_dir.clone();
     let process_ids = node.pids();

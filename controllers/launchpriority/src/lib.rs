@@ -32,7 +32,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
-use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kruise_controller_runtime::outcome;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
@@ -62,15 +63,7 @@ pub async fn run(client: Client) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     Controller::new(Api::<Pod>::all(client), watcher::Config::default())
         .run(reconcile::reconcile, on_error, context)
-        .for_each(|result| async move {
-            match result {
-                Ok(_) | Err(ControllerError::ReconcilerFailed(..)) => {}
-                Err(error @ ControllerError::ObjectNotFound(..)) => {
-                    tracing::debug!(%error, "skipped");
-                }
-                Err(error) => tracing::warn!(%error, "controller error"),
-            }
-        })
+        .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) })
         .await;
     tracing::info!(controller = CONTROLLER_NAME, "stopped");
 }

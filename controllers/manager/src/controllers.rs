@@ -13,6 +13,7 @@ impl Controllers {
     pub fn start(client: &Client) -> Self {
         let tasks = vec![
             tokio::spawn(kruise_cloneset_controller::run(client.clone())),
+            tokio::spawn(kruise_crr_controller::run(client.clone())),
             tokio::spawn(kruise_launchpriority_controller::run(client.clone())),
             tokio::spawn(kruise_resourcedistribution_controller::run(client.clone())),
             tokio::spawn(kruise_sidecarset_controller::run(client.clone())),

@@ -12,7 +12,7 @@ use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_policy_modules::{
-    LAUNCH_PRIORITY, SIDECARSET, VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION,
+    LAUNCH_PRIORITY, MUTATE_CRR, SIDECARSET, VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION,
     VALIDATE_SIDECARSET,
 };
 use kruise_wasm_host::live_cluster::Credentials;
@@ -23,6 +23,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::agents::NodeAgents;
 use crate::controllers::Controllers;
 use crate::webhook::{self, POD_CHAIN};
 
@@ -56,6 +57,9 @@ impl Default for DevOptions {
 pub struct DevEnvironment {
     pub webhook_url: String,
     pub nodes: SimNodes,
+    /// One node agent per node (stop and start them again to test a
+    /// restart mid-way).
+    pub agents: NodeAgents,
     pub real_node: Option<RealNode>,
     webhook: Option<RunningServer>,
     controllers: Controllers,
@@ -94,10 +98,15 @@ impl DevEnvironment {
                 .await
                 .map_err(|e| format!("the webhook host did not start: {e}"))??;
         let webhook_url = format!("https://{}", webhook.address);
+        let real = real_node
+            .as_ref()
+            .map(|n| (n.name.as_str(), n.containerd_socket.as_path()));
+        let agents = NodeAgents::start(&client, &nodes.names, real).await?;
         // From here on, dropping the environment stops everything.
         let environment = Self {
             webhook_url,
             nodes,
+            agents,
             real_node,
             webhook: Some(webhook),
             controllers: if options.run_controllers {
@@ -120,6 +129,7 @@ impl DevEnvironment {
             ],
         );
         webhook::register(&client, &validation).await?;
+        webhook::register(&client, &webhook::crr_webhook(url, ca, MUTATE_CRR.name)).await?;
         wait_for_pod_webhook(&client).await?;
         Ok(environment)
     }
@@ -135,6 +145,7 @@ impl DevEnvironment {
     /// Stops the real node (kubelet, containers, containerd, registry),
     /// then everything else.
     pub async fn shutdown(mut self) {
+        self.agents.stop();
         if let Some(mut node) = self.real_node.take() {
             for leftover in node.stop().await {
                 tracing::warn!(%leftover, "real node teardown");
@@ -146,6 +157,7 @@ impl DevEnvironment {
     /// Stops the host, the simulated nodes and the control plane (a real
     /// node still running is stopped when dropped).
     pub fn stop(&mut self) {
+        self.agents.stop();
         self.controllers.stop();
         if let Some(webhook) = self.webhook.take() {
             webhook.shutdown();
@@ -184,6 +196,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         VALIDATE_RESOURCEDISTRIBUTION,
         VALIDATE_SIDECARSET,
         VALIDATE_CLONESET,
+        MUTATE_CRR,
     ] {
         write(&format!("{}.wasm", module.name), module.wasm)?;
     }
@@ -217,6 +230,16 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
             "contextAwareResources": [
                 {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
                 {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
+            ],
+            "hostCapabilities": ["kubernetes/*"],
+            "settings": {},
+        },
+        MUTATE_CRR.name: {
+            "module": format!("{}.wasm", MUTATE_CRR.name),
+            "allowedToMutate": true,
+            "contextAwareResources": [
+                {"apiVersion": "v1", "kind": "Pod"},
+                {"apiVersion": "v1", "kind": "Node"},
             ],
             "hostCapabilities": ["kubernetes/*"],
             "settings": {},

@@ -2,6 +2,7 @@
 //! planners of kruise-core) and the dev environment that runs them with the
 //! webhook host on the dev cluster.
 
+pub mod agents;
 pub mod controllers;
 pub mod dev;
 pub mod webhook;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use kruise_manager::controllers::Controllers;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kruise_node_agent::cri::CriRuntime;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[derive(Debug, Parser)]
@@ -21,6 +22,20 @@ enum Command {
     /// Run the controllers against a cluster: the kubeconfig given, else
     /// $KUBECONFIG / ~/.kube/config, else the pod's service account.
     Run {
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Run the node agent of one node (a DaemonSet in a real cluster):
+    /// recreates containers for ContainerRecreateRequests through the
+    /// node's CRI socket.
+    NodeAgent {
+        /// The node this agent serves (a DaemonSet passes spec.nodeName).
+        #[arg(long, env = "NODE_NAME")]
+        node_name: String,
+        /// The CRI socket; by default the usual containerd, CRI-O and
+        /// cri-dockerd paths are tried in turn.
+        #[arg(long)]
+        runtime_endpoint: Option<PathBuf>,
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
     },
@@ -53,6 +68,11 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { kubeconfig } => run(kubeconfig).await,
+        Command::NodeAgent {
+            node_name,
+            runtime_endpoint,
+            kubeconfig,
+        } => node_agent(node_name, runtime_endpoint, kubeconfig).await,
         Command::Dev {
             sim_nodes,
             work_dir,
@@ -97,6 +117,39 @@ async fn dev(options: DevOptions) -> Result<(), String> {
 }
 
 async fn run(kubeconfig: Option<PathBuf>) -> Result<(), String> {
+    let client = client(kubeconfig).await?;
+    let mut controllers = Controllers::start(&client);
+    eprintln!("controllers running; Ctrl-C stops them");
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
+    controllers.stop();
+    Ok(())
+}
+
+async fn node_agent(
+    node: String,
+    endpoint: Option<PathBuf>,
+    kubeconfig: Option<PathBuf>,
+) -> Result<(), String> {
+    let client = client(kubeconfig).await?;
+    let runtime = CriRuntime::connect(endpoint.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "node agent for {node} on {} ({}); Ctrl-C stops it",
+        runtime.endpoint().display(),
+        runtime.runtime_name()
+    );
+    tokio::select! {
+        () = kruise_node_agent::agent::run(client, node, runtime) => Ok(()),
+        signal = tokio::signal::ctrl_c() => signal.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
+    }
+}
+
+/// The kubeconfig given, else $KUBECONFIG / ~/.kube/config, else the pod's
+/// service account.
+async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
     let config = match kubeconfig {
         Some(path) => {
             let file = Kubeconfig::read_from(&path)
@@ -109,12 +162,5 @@ async fn run(kubeconfig: Option<PathBuf>) -> Result<(), String> {
             .await
             .map_err(|e| format!("no cluster configuration found: {e}"))?,
     };
-    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-    let mut controllers = Controllers::start(&client);
-    eprintln!("controllers running; Ctrl-C stops them");
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
-    controllers.stop();
-    Ok(())
+    kube::Client::try_from(config).map_err(|e| e.to_string())
 }

@@ -95,6 +95,40 @@ pub fn validating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &str
     })
 }
 
+pub const CRR_WEBHOOK: &str = "kruise-wasm-crr-webhook";
+
+/// OpenKruise's ContainerRecreateRequest webhook: CREATE and UPDATE of
+/// `containerrecreaterequests` sent to `/validate/<policy>`, where the host
+/// answers with the policy's mutation (the policy is allowed to mutate).
+pub fn crr_webhook(base_url: &str, ca_pem: &str, policy: &str) -> Value {
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CRR_WEBHOOK},
+        "webhooks": [{
+            "name": "containerrecreaterequests.kruise-wasm.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {
+                "url": format!("{base_url}/validate/{policy}"),
+                "caBundle": ca_bundle,
+            },
+            "rules": [{
+                "apiGroups": ["apps.kruise.io"],
+                "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["containerrecreaterequests"],
+            }],
+            // Fail: a request stored without its pod-uid and node-name
+            // labels would never be seen by the node agent.
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "timeoutSeconds": 10,
+            "reinvocationPolicy": "Never",
+        }],
+    })
+}
+
 /// Applies a Mutating- or ValidatingWebhookConfiguration.
 pub async fn register(client: &Client, configuration: &Value) -> Result<(), String> {
     let name = configuration["metadata"]["name"]

@@ -30,14 +30,8 @@ async fn ordered_containers_are_created_one_after_another_by_kubelet() {
     })
     .await
     .unwrap();
-    let node = match RealNode::start(&environment.cluster).await {
-        Ok(node) => node,
-        Err(error) if error.is_unsupported_machine() => {
-            println!("SKIPPED: no real node on this machine: {error}");
-            eprintln!("SKIPPED: no real node on this machine: {error}");
-            return;
-        }
-        Err(error) => panic!("the real node did not start: {error}"),
+    let Some(node) = RealNode::start_or_skip(&environment.cluster).await else {
+        return;
     };
     let (node_name, image) = (node.name.clone(), node.images.v1.clone());
     environment.real_node = Some(node);

@@ -1,6 +1,8 @@
 //! What every controller shares, written once: best-effort events, one
-//! retry backoff, and the API answers a controller branches on.
+//! retry backoff, the API answers a controller branches on, and how the
+//! results of a reconcile stream are logged.
 
 pub mod api_error;
 pub mod backoff;
 pub mod events;
+pub mod outcome;

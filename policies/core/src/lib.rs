@@ -3,10 +3,12 @@
 //! time and cluster state are passed in.
 
 pub mod cloneset;
+pub mod crr;
 pub mod history;
 pub mod launch_priority;
 mod names;
 pub mod owner;
+pub mod pod_readiness;
 pub mod resourcedistribution;
 pub mod selector;
 pub mod sidecarset;

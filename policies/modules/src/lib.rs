@@ -44,6 +44,13 @@ pub const VALIDATE_CLONESET: PolicyModule = PolicyModule {
     wasm: include_bytes!(concat!(env!("OUT_DIR"), "/validate-cloneset.wasm")),
 };
 
+/// OpenKruise's ContainerRecreateRequest webhook: defaults a new request
+/// from its pod and node (read through host calls) and keeps its spec.
+pub const MUTATE_CRR: PolicyModule = PolicyModule {
+    name: "mutate-crr",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/mutate-crr.wasm")),
+};
+
 /// Adds the label its settings name: not a product policy but the webhook
 /// host benchmark's subject, the work policy-server was measured with.
 /// Not in [`ALL`], so not exported or deployed.
@@ -54,7 +61,7 @@ pub const BENCH_ADD_LABEL: PolicyModule = PolicyModule {
 
 /// Every policy module. The pod policies come in the order OpenKruise's pod
 /// webhook applies them (injection first, so injected sidecars take part in
-/// launch priority); the validations of our kinds, which see no pods,
+/// launch priority); the admission of our kinds, which see no pods,
 /// after them.
 pub const ALL: &[PolicyModule] = &[
     SIDECARSET,
@@ -62,4 +69,5 @@ pub const ALL: &[PolicyModule] = &[
     VALIDATE_RESOURCEDISTRIBUTION,
     VALIDATE_SIDECARSET,
     VALIDATE_CLONESET,
+    MUTATE_CRR,
 ];

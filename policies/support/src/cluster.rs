@@ -1,10 +1,12 @@
 //! Reading SidecarSets, namespaces and revisions from the cluster through
 //! Kubewarden's host capabilities (the sidecarset policy and the SidecarSet
-//! validating policy both need them).
+//! validating policy both need them), and the pod and node the
+//! ContainerRecreateRequest policy reads.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kruise_api::{SidecarSet, Strictness, object_from_value};
 use serde_json::{Value, json};
 
@@ -59,6 +61,35 @@ impl Cluster for NoCluster {
     }
 }
 
+/// The reads of the ContainerRecreateRequest policy: the request's pod and
+/// that pod's node, `None` when the object does not exist.
+pub trait PodsAndNodes {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String>;
+    fn node(&self, name: &str) -> Result<Option<Node>, String>;
+}
+
+/// Whether a failed `get_resource` says the object does not exist. Hosts
+/// answer that with an error, not an empty object: ours with
+/// `pod "web-0" not found`, policy-server with the API server's
+/// `pods "web-0" not found` and its `NotFound` reason.
+pub fn is_not_found(message: &str) -> bool {
+    message.contains("\" not found") || message.contains("NotFound")
+}
+
+/// A `get_resource` answer as `T`, a not-found error as `None`.
+pub fn found<T: serde::de::DeserializeOwned>(
+    answer: Result<Value, String>,
+    what: &str,
+) -> Result<Option<T>, String> {
+    match answer {
+        Ok(object) => serde_json::from_value(object)
+            .map(Some)
+            .map_err(|e| format!("{what}: {e}")),
+        Err(message) if is_not_found(&message) => Ok(None),
+        Err(message) => Err(message),
+    }
+}
+
 /// Reads a Kubernetes `List` answer into objects of one type.
 pub fn list_items<T>(
     list: &Value,
@@ -91,6 +122,16 @@ pub mod requests {
 
     pub fn get_namespace(name: &str) -> Value {
         json!({"api_version": "v1", "kind": "Namespace", "name": name, "namespace": null,
+               "disable_cache": false, "field_masks": null})
+    }
+
+    pub fn get_pod(namespace: &str, name: &str) -> Value {
+        json!({"api_version": "v1", "kind": "Pod", "name": name, "namespace": namespace,
+               "disable_cache": false, "field_masks": null})
+    }
+
+    pub fn get_node(name: &str) -> Value {
+        json!({"api_version": "v1", "kind": "Node", "name": name, "namespace": null,
                "disable_cache": false, "field_masks": null})
     }
 
@@ -146,5 +187,61 @@ impl Cluster for HostCluster {
         list_items(&list, |item| {
             serde_json::from_value(item).map_err(|e| e.to_string())
         })
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl PodsAndNodes for HostCluster {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+        let answer = Self::call("get_resource", &requests::get_pod(namespace, name));
+        found(answer, &format!("pod {namespace}/{name}"))
+    }
+
+    fn node(&self, name: &str) -> Result<Option<Node>, String> {
+        let answer = Self::call("get_resource", &requests::get_node(name));
+        found(answer, &format!("node {name}"))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_as_each_host_says_it() {
+        // Ours (host/src/cluster_fixtures.rs) and policy-server's (kube-rs).
+        assert!(is_not_found("pod \"web-0\" not found"));
+        assert!(is_not_found(
+            "ApiError: pods \"web-0\" not found: NotFound (ErrorResponse { code: 404 })"
+        ));
+        assert!(!is_not_found("v1 Pod is not watched by this host"));
+        assert!(!is_not_found("no cluster in this test"));
+    }
+
+    #[test]
+    fn a_get_answer_is_found_missing_or_an_error() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0"}});
+        let found_pod: Option<Pod> = found(Ok(pod), "pod default/web-0").unwrap();
+        assert_eq!(found_pod.unwrap().metadata.name.as_deref(), Some("web-0"));
+        let missing: Option<Node> =
+            found(Err("node \"n\" not found".to_owned()), "node n").unwrap();
+        assert!(missing.is_none());
+        let error = found::<Node>(Err("timed out".to_owned()), "node n").unwrap_err();
+        assert_eq!(error, "timed out");
+        let garbage = found::<Pod>(Ok(json!({"spec": {"containers": 3}})), "pod default/x");
+        assert!(garbage.unwrap_err().starts_with("pod default/x: "));
+    }
+
+    #[test]
+    fn pod_and_node_requests_name_their_object() {
+        let pod = requests::get_pod("default", "web-0");
+        assert_eq!(
+            (pod["kind"].as_str(), pod["namespace"].as_str()),
+            (Some("Pod"), Some("default"))
+        );
+        let node = requests::get_node("node-1");
+        assert_eq!(node["kind"], "Node");
+        assert!(node["namespace"].is_null());
     }
 }

@@ -1,8 +1,8 @@
 //! What kubelet would report for a pod, as a pure function of the pod, its
 //! last status and the time: containers start (unless their configuration
 //! refers to a missing ConfigMap key), turn ready, restart alone when their
-//! image changes in place (new containerID and imageID, restartCount + 1),
-//! and the Ready condition honours readiness gates.
+//! image changes in place or when they were stopped (new containerID,
+//! restartCount + 1), and the Ready condition honours readiness gates.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -259,6 +259,11 @@ fn container_status(
                 ..ContainerState::default()
             }),
         ),
+        // Stopped (by the node agent, for a ContainerRecreateRequest):
+        // kubelet starts a new instance, which counts as a restart.
+        (None, Some(p)) if p.state.as_ref().is_some_and(|s| s.terminated.is_some()) => {
+            (Time(now), p.restart_count + 1, p.state.clone())
+        }
         (None, previous) => (
             Time(now),
             previous.map_or(0, |p| p.restart_count),

@@ -5,6 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use kruise_api::ContainerRecreateRequest;
+use kruise_api::containerrecreaterequest::ContainerRecreateRequestPhase;
+use kube::Api;
 
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples")
@@ -27,4 +32,26 @@ pub fn kubectl_output(kubeconfig: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("kubectl runs")
+}
+
+/// Polls the request until its phase is Completed, for at most `within`.
+pub async fn completed(
+    requests: &Api<ContainerRecreateRequest>,
+    name: &str,
+    within: Duration,
+) -> ContainerRecreateRequest {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let current = requests.get(name).await.expect("the request can be read");
+        let phase = current.status.as_ref().map(|s| s.phase);
+        if phase == Some(ContainerRecreateRequestPhase::Completed) {
+            return current;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} did not complete: {:#?}",
+            current.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

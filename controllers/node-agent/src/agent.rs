@@ -1,0 +1,296 @@
+//! The agent's ContainerRecreateRequest loop for one node. It watches only
+//! the requests of its node that are still active (labels `node-name` and
+//! `active`, set by the webhook), works on one request per pod at a time
+//! ([`kruise_core::crr::daemon::pick`]), and does what
+//! [`kruise_core::crr::daemon::plan`] says: mark the request recreating,
+//! write container states, run a preStop hook and stop a container,
+//! complete the request.
+//!
+//! Every open request is looked at again at least every
+//! [`daemon::RECHECK`], whether or not an event came: a queued request
+//! never depends on an event of the one ahead of it (a request that
+//! finishes leaves this watch when the manager drops its `active` label;
+//! OpenKruise users see requests stuck in Pending around that moment).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::containerrecreaterequest::{ACTIVE_LABEL, NODE_NAME_LABEL};
+use kruise_api::{ContainerRecreateRequest, Stored};
+use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::events::Events;
+use kruise_core::crr::daemon::{self, Kill, Observed, Step};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::Instrument;
+
+use crate::hooks::run_pre_stop;
+use crate::runtime::{ContainerRuntime, RuntimeError};
+
+/// The field manager of every write and the reporting component of events.
+pub const AGENT_NAME: &str = "kruise-node-agent";
+
+/// Steps per round for one pod; whatever is left waits for the next round.
+const STEPS_PER_ROUND: usize = 6;
+/// A stop gets at least this long after its preStop hook (as kubelet).
+const MIN_STOP_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action}: {source}")]
+    Api {
+        action: &'static str,
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Api { action, source }
+}
+
+struct Agent<R> {
+    client: Client,
+    node: String,
+    runtime: R,
+    events: Events,
+    backoff: Backoff,
+    /// One round per pod at a time: two requests of one pod never kill
+    /// containers side by side.
+    pod_locks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Runs the agent for `node` until the task is dropped.
+pub async fn run<R: ContainerRuntime>(client: Client, node: String, runtime: R) {
+    let agent = Arc::new(Agent {
+        events: Events::new(client.clone(), AGENT_NAME),
+        backoff: Backoff::default(),
+        pod_locks: Mutex::default(),
+        node: node.clone(),
+        runtime,
+        client: client.clone(),
+    });
+    tracing::info!(agent = AGENT_NAME, %node, "starting");
+    let mine = watcher::Config::default().labels(&own_requests(&node));
+    Controller::new(Api::<Stored<ContainerRecreateRequest>>::all(client), mine)
+        .run(reconcile, on_error, agent)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The label selector of this node's active requests.
+fn own_requests(node: &str) -> String {
+    format!("{NODE_NAME_LABEL}={node},{ACTIVE_LABEL}=true")
+}
+
+// The signature is kube-runtime's error policy.
+#[allow(clippy::needless_pass_by_value)]
+fn on_error<R>(
+    request: Arc<Stored<ContainerRecreateRequest>>,
+    error: &Error,
+    agent: Arc<Agent<R>>,
+) -> Action {
+    let key = pod_key(&request);
+    let delay = agent.backoff.next(&key);
+    tracing::warn!(node = %agent.node, pod = %key, %error, retry_in = ?delay, "recreate round failed");
+    Action::requeue(delay)
+}
+
+/// `<namespace>/<podName>` of a request: the agent's unit of work.
+fn pod_key(request: &Stored<ContainerRecreateRequest>) -> String {
+    let pod = request
+        .object
+        .as_ref()
+        .map_or("", |r| r.spec.pod_name.as_str());
+    format!("{}/{pod}", request.namespace().unwrap_or_default())
+}
+
+async fn reconcile<R: ContainerRuntime>(
+    request: Arc<Stored<ContainerRecreateRequest>>,
+    agent: Arc<Agent<R>>,
+) -> Result<Action, Error> {
+    let Ok(cached) = &request.object else {
+        // The manager reports requests it cannot read.
+        return Ok(Action::await_change());
+    };
+    let key = pod_key(&request);
+    let lock = {
+        let mut locks = agent
+            .pod_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry(key.clone()).or_default().clone()
+    };
+    let _turn = lock.lock().await;
+    let span = tracing::info_span!("recreate", node = %agent.node, pod = %key);
+    let action = round(&agent, cached).instrument(span).await?;
+    agent.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Up to [`STEPS_PER_ROUND`] steps for the triggering request's pod, each
+/// on a fresh read of the pod's requests.
+async fn round<R: ContainerRuntime>(
+    agent: &Agent<R>,
+    trigger: &ContainerRecreateRequest,
+) -> Result<Action, Error> {
+    let namespace = trigger.metadata.namespace.clone().unwrap_or_default();
+    let requests: Api<Stored<ContainerRecreateRequest>> =
+        Api::namespaced(agent.client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(agent.client.clone(), &namespace);
+    for _ in 0..STEPS_PER_ROUND {
+        let listed = requests
+            .list(&ListParams::default().labels(&own_requests(&agent.node)))
+            .await
+            .map_err(failed("list the node's requests"))?;
+        let of_pod: Vec<ContainerRecreateRequest> = listed
+            .items
+            .into_iter()
+            .filter_map(|stored| stored.object.ok())
+            .filter(|r| r.spec.pod_name == trigger.spec.pod_name)
+            .collect();
+        let Some(pick) = daemon::pick(&of_pod) else {
+            return Ok(Action::await_change());
+        };
+        for &queued in &pick.to_queue {
+            set_phase(&requests, &of_pod[queued], "Pending").await?;
+        }
+        let picked = &of_pod[pick.picked];
+        let Some(pod) = pods
+            .get_opt(&picked.spec.pod_name)
+            .await
+            .map_err(failed("read the pod"))?
+        else {
+            // The manager completes requests whose pod has gone.
+            return Ok(Action::requeue(daemon::RECHECK));
+        };
+        let runtime = agent.runtime.pod_containers(&pod).await?;
+        let step = daemon::plan(&Observed {
+            request: picked,
+            runtime: &runtime,
+            now: Timestamp::now(),
+        });
+        match step {
+            Step::Wait(after) => return Ok(Action::requeue(after.min(daemon::RECHECK))),
+            Step::StartRecreating => set_phase(&requests, picked, "Recreating").await?,
+            Step::WriteStates(states) => {
+                write_status(
+                    &requests,
+                    picked,
+                    json!({"containerRecreateStates": states}),
+                )
+                .await?;
+            }
+            Step::Kill { kill, states } => {
+                let states = match stop(agent, &pod, picked, &kill).await {
+                    Ok(()) => states,
+                    Err(error) => daemon::kill_failed(states, kill.index, &error.to_string()),
+                };
+                write_status(
+                    &requests,
+                    picked,
+                    json!({"containerRecreateStates": states}),
+                )
+                .await?;
+            }
+            Step::Complete { states, message } => {
+                let status = json!({
+                    "phase": "Completed",
+                    "completionTime": Timestamp::now().to_string(),
+                    "message": message,
+                    "containerRecreateStates": states,
+                });
+                write_status(&requests, picked, status).await?;
+            }
+        }
+    }
+    Ok(Action::requeue(Duration::from_millis(200)))
+}
+
+/// Runs the container's preStop hook, then stops it with what is left of
+/// the grace period.
+async fn stop<R: ContainerRuntime>(
+    agent: &Agent<R>,
+    pod: &Pod,
+    request: &ContainerRecreateRequest,
+    kill: &Kill,
+) -> Result<(), RuntimeError> {
+    let grace = Duration::from_secs(kill.grace_seconds.max(0).unsigned_abs());
+    let request_name = request.metadata.name.as_deref().unwrap_or_default();
+    let note = format!(
+        "Stopping container {} by ContainerRecreateRequest {request_name}",
+        kill.name
+    );
+    tracing::info!(container = %kill.name, id = %kill.container_id, "{note}");
+    agent
+        .events
+        .normal(&pod.object_ref(&()), "Killing", "Recreate", &note)
+        .await;
+    let started = Instant::now();
+    if let Some(hook) = &kill.pre_stop {
+        let ports = request
+            .spec
+            .containers
+            .get(kill.index)
+            .map_or(&[][..], |c| &c.ports[..]);
+        if let Err(message) =
+            run_pre_stop(&agent.runtime, pod, &kill.container_id, hook, ports, grace).await
+        {
+            tracing::warn!(container = %kill.name, %message, "preStop hook failed");
+            agent
+                .events
+                .warning(
+                    &pod.object_ref(&()),
+                    "FailedPreStopHook",
+                    "Recreate",
+                    &message,
+                )
+                .await;
+        }
+    }
+    let left = grace.saturating_sub(started.elapsed()).max(MIN_STOP_GRACE);
+    agent.runtime.stop_container(&kill.container_id, left).await
+}
+
+async fn set_phase(
+    requests: &Api<Stored<ContainerRecreateRequest>>,
+    request: &ContainerRecreateRequest,
+    phase: &str,
+) -> Result<(), Error> {
+    write_status(requests, request, json!({"phase": phase})).await
+}
+
+/// A status merge patch on the version the step was planned on: a
+/// conflict (the manager completed the request meanwhile) is a new plan.
+async fn write_status(
+    requests: &Api<Stored<ContainerRecreateRequest>>,
+    request: &ContainerRecreateRequest,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let patch = json!({
+        "metadata": {"resourceVersion": request.metadata.resource_version},
+        "status": status,
+    });
+    let name = request.metadata.name.as_deref().unwrap_or_default();
+    match requests
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error)
+            if kruise_controller_runtime::api_error::is_conflict(&error)
+                || kruise_controller_runtime::api_error::is_not_found(&error) =>
+        {
+            Ok(())
+        }
+        Err(error) => Err(failed("write the request's status")(error)),
+    }
+}
