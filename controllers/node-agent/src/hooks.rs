@@ -116,3 +116,218 @@ async fn http_get(host: &str, port: u16, get: &HTTPGetAction) -> Result<(), Stri
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::{ExecAction, HTTPHeader, TCPSocketAction};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::runtime::{ExecOutput, RuntimeContainer};
+
+    /// Records execs; answers with `exit_code`.
+    struct Recorder {
+        exit_code: i32,
+        calls: Mutex<Vec<(String, Vec<String>)>>,
+    }
+
+    impl ContainerRuntime for Recorder {
+        async fn pod_containers(&self, _pod: &Pod) -> Result<Vec<RuntimeContainer>, RuntimeError> {
+            Ok(Vec::new())
+        }
+        async fn exec(
+            &self,
+            id: &str,
+            command: &[String],
+            _timeout: Duration,
+        ) -> Result<ExecOutput, RuntimeError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((id.to_owned(), command.to_vec()));
+            Ok(ExecOutput {
+                exit_code: self.exit_code,
+                stdout: Vec::new(),
+                stderr: b"boom\n".to_vec(),
+            })
+        }
+        async fn stop_container(&self, _id: &str, _grace: Duration) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+    }
+
+    fn recorder(exit_code: i32) -> Recorder {
+        Recorder {
+            exit_code,
+            calls: Mutex::default(),
+        }
+    }
+
+    fn pod_at(ip: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({"status": {"podIP": ip}})).unwrap()
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn an_exec_hook_runs_in_the_container_and_a_non_zero_exit_fails() {
+        let hook = ProbeHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sh".into(), "-c".into(), "echo bye".into()]),
+            }),
+            ..ProbeHandler::default()
+        };
+        let runtime = recorder(0);
+        run_pre_stop(
+            &runtime,
+            &pod_at("127.0.0.1"),
+            "containerd://a",
+            &hook,
+            &[],
+            SECOND,
+        )
+        .await
+        .unwrap();
+        let calls = runtime.calls.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [(
+                "containerd://a".to_owned(),
+                vec!["sh".to_owned(), "-c".to_owned(), "echo bye".to_owned()]
+            )]
+        );
+        let error = run_pre_stop(
+            &recorder(3),
+            &pod_at("127.0.0.1"),
+            "containerd://a",
+            &hook,
+            &[],
+            SECOND,
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("exited with 3: boom"), "{error}");
+    }
+
+    /// Serves one HTTP request with `status`; the request's head.
+    async fn one_http_answer(status: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = vec![0; 4096];
+            let read = stream.read(&mut head).await.unwrap();
+            let answer = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n");
+            stream.write_all(answer.as_bytes()).await.unwrap();
+            String::from_utf8_lossy(&head[..read]).into_owned()
+        });
+        (port, served)
+    }
+
+    fn http_hook(port: IntOrString) -> ProbeHandler {
+        ProbeHandler {
+            http_get: Some(HTTPGetAction {
+                path: Some("/quit".into()),
+                port,
+                http_headers: Some(vec![HTTPHeader {
+                    name: "X-Reason".into(),
+                    value: "recreate".into(),
+                }]),
+                ..HTTPGetAction::default()
+            }),
+            ..ProbeHandler::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_http_hook_gets_the_path_on_a_named_port_with_its_headers() {
+        let (port, served) = one_http_answer("200 OK").await;
+        let ports = [ContainerPort {
+            name: Some("http".into()),
+            container_port: i32::from(port),
+            ..ContainerPort::default()
+        }];
+        let hook = http_hook(IntOrString::String("http".into()));
+        run_pre_stop(
+            &recorder(0),
+            &pod_at("127.0.0.1"),
+            "x://y",
+            &hook,
+            &ports,
+            SECOND,
+        )
+        .await
+        .unwrap();
+        let head = served.await.unwrap().to_lowercase();
+        assert!(head.starts_with("get /quit http/1.1"), "{head}");
+        assert!(head.contains("x-reason: recreate"), "{head}");
+    }
+
+    #[tokio::test]
+    async fn an_http_error_answer_or_an_unknown_port_fails_the_hook() {
+        let (port, _served) = one_http_answer("500 Internal Server Error").await;
+        let hook = http_hook(IntOrString::Int(i32::from(port)));
+        let error = run_pre_stop(
+            &recorder(0),
+            &pod_at("127.0.0.1"),
+            "x://y",
+            &hook,
+            &[],
+            SECOND,
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("500"), "{error}");
+        let named = http_hook(IntOrString::String("metrics".into()));
+        let error = run_pre_stop(
+            &recorder(0),
+            &pod_at("127.0.0.1"),
+            "x://y",
+            &named,
+            &[],
+            SECOND,
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("no port named \"metrics\""), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_tcp_hook_connects() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hook = ProbeHandler {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(i32::from(port)),
+                host: None,
+            }),
+            ..ProbeHandler::default()
+        };
+        run_pre_stop(
+            &recorder(0),
+            &pod_at("127.0.0.1"),
+            "x://y",
+            &hook,
+            &[],
+            SECOND,
+        )
+        .await
+        .unwrap();
+        drop(listener);
+        let error = run_pre_stop(
+            &recorder(0),
+            &pod_at("127.0.0.1"),
+            "x://y",
+            &hook,
+            &[],
+            SECOND,
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("preStop tcpSocket"), "{error}");
+    }
+}

@@ -1,0 +1,168 @@
+//! Kubewarden's own `kwctl run` runs our context-aware modules unchanged,
+//! serving their host calls from the dev cluster: the ContainerRecreateRequest
+//! webhook (it reads the pod and the node) and SidecarSet injection (it
+//! lists SidecarSets and reads namespaces). They are Kubewarden policies,
+//! not ones only our host can run. kwctl is the reference build in ../shared/tools/kubewarden
+//! (or `$KRUISE_KWCTL`); without it the test fails and says where it looked.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Pod;
+use kruise_core::cloneset::container_status;
+use kruise_devcluster::wait::wait_for;
+use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kruise_policy_modules::fixtures::{kruise_request, pod_create};
+use kruise_policy_modules::{MUTATE_CRR, SIDECARSET};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+fn kwctl() -> PathBuf {
+    let path = std::env::var_os("KRUISE_KWCTL").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/kubewarden/kwctl"),
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "kwctl is expected at {} (set KRUISE_KWCTL)",
+        path.display()
+    );
+    path
+}
+
+/// `kwctl run` of the module on `request` (an AdmissionRequest); kwctl's
+/// answer.
+fn kwctl_run(env: &DevEnvironment, module: &Path, request: Value) -> Value {
+    let mut review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"});
+    review["request"] = request;
+    let review_path = module.with_extension("review.json");
+    std::fs::write(&review_path, review.to_string()).unwrap();
+    let output = Command::new(kwctl())
+        .env("KUBECONFIG", env.kubeconfig())
+        .args(["run", "--allow-context-aware", "--request-path"])
+        .arg(&review_path)
+        .arg(module)
+        .output()
+        .expect("kwctl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "kwctl failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("kwctl's answer: {e}: {stdout}"))
+}
+
+/// The JSON patch of an accepting answer, applied to `object`.
+fn patched(answer: &Value, mut object: Value) -> Value {
+    assert_eq!(answer["allowed"], true, "{answer:#}");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(answer["patch"].as_str().expect("a patch"))
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    json_patch::patch(&mut object, &patch).unwrap();
+    object
+}
+
+fn crr_create(object: &Value) -> Value {
+    kruise_request(
+        "ContainerRecreateRequest",
+        "containerrecreaterequests",
+        "CREATE",
+        object,
+        None,
+    )
+}
+
+fn crr(name: &str, containers: &[&str]) -> Value {
+    let containers: Vec<Value> = containers.iter().map(|c| json!({"name": c})).collect();
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ContainerRecreateRequest",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"podName": "target", "containers": containers},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kwctl_runs_our_context_aware_modules_against_the_dev_cluster() {
+    let env = DevEnvironment::start(DevOptions::default()).await.unwrap();
+    the_crr_webhook(&env).await;
+    sidecarset_injection(&env);
+    env.shutdown().await;
+}
+
+async fn the_crr_webhook(env: &DevEnvironment) {
+    let pods: Api<Pod> = Api::namespaced(env.client(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "target"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let running = wait_for(&pods, "target", "app has a container", |p| {
+        container_status(p, "app")?.container_id.as_ref()?;
+        Some(p.clone())
+    })
+    .await;
+    let module = env.cluster.work_dir.join("kwctl-mutate-crr.wasm");
+    std::fs::write(&module, MUTATE_CRR.wasm).unwrap();
+
+    let request = crr("r", &["app"]);
+    let answer = kwctl_run(env, &module, crr_create(&request));
+    let mutated = patched(&answer, request);
+    let labels = &mutated["metadata"]["labels"];
+    assert_eq!(
+        labels["crr.apps.kruise.io/pod-uid"],
+        json!(running.metadata.uid)
+    );
+    assert_eq!(
+        labels["crr.apps.kruise.io/node-name"],
+        json!(running.spec.as_ref().unwrap().node_name)
+    );
+    assert_eq!(
+        mutated["spec"]["containers"][0]["statusContext"]["containerID"],
+        json!(container_status(&running, "app").unwrap().container_id)
+    );
+
+    let refused = kwctl_run(env, &module, crr_create(&crr("bad", &["app", "nope"])));
+    assert_eq!(refused["allowed"], false, "{refused:#}");
+    let message = refused["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nope"), "{refused:#}");
+}
+
+/// The user's scs-demo SidecarSet, stored in the cluster, injected by the
+/// module into the user's test pod as kwctl runs it.
+fn sidecarset_injection(env: &DevEnvironment) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples");
+    let sidecar_set = examples.join("sidecarset-scs-demo.yaml");
+    let applied = Command::new("kubectl")
+        .env("KUBECONFIG", env.kubeconfig())
+        .args(["apply", "-f"])
+        .arg(&sidecar_set)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let module = env.cluster.work_dir.join("kwctl-sidecarset.wasm");
+    std::fs::write(&module, SIDECARSET.wasm).unwrap();
+    let text = std::fs::read_to_string(examples.join("pod-test-pod.yaml")).unwrap();
+    let mut pod: Value = serde_yaml::from_str(&text).unwrap();
+    pod["metadata"]["namespace"] = json!("default");
+    let answer = kwctl_run(env, &module, pod_create(&pod));
+    let injected = patched(&answer, pod);
+    let names: Vec<&str> = injected["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["sidecar1", "app"], "{injected:#}");
+}
