@@ -1,8 +1,10 @@
 //! Kubewarden's own `kwctl run` runs our context-aware modules unchanged,
 //! serving their host calls from the dev cluster: the ContainerRecreateRequest
 //! webhook (it reads the pod and the node) and SidecarSet injection (it
-//! lists SidecarSets and reads namespaces). They are Kubewarden policies,
-//! not ones only our host can run. kwctl is the reference build in ../shared/tools/kubewarden
+//! lists SidecarSets and reads namespaces), and every shared validation case
+//! of the CloneSet and SidecarSet validating modules (the latter lists the
+//! cluster's SidecarSets). They are Kubewarden policies, not ones only our
+//! host can run. kwctl is the reference build in ../shared/tools/kubewarden
 //! (or `$KRUISE_KWCTL`); without it the test fails and says where it looked.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,8 +17,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_core::cloneset::container_status;
 use kruise_devcluster::wait::wait_for;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
-use kruise_policy_modules::fixtures::{kruise_request, pod_create};
-use kruise_policy_modules::{MUTATE_CRR, SIDECARSET};
+use kruise_policy_modules::fixtures::{self, kruise_request, pod_create};
+use kruise_policy_modules::{
+    MUTATE_CRR, PolicyModule, SIDECARSET, VALIDATE_CLONESET, VALIDATE_SIDECARSET,
+};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
@@ -93,6 +97,8 @@ async fn kwctl_runs_our_context_aware_modules_against_the_dev_cluster() {
     let env = DevEnvironment::start(DevOptions::default()).await.unwrap();
     the_crr_webhook(&env).await;
     sidecarset_injection(&env);
+    validation_cases(&env, &VALIDATE_CLONESET, "CloneSet", "clonesets");
+    validation_cases(&env, &VALIDATE_SIDECARSET, "SidecarSet", "sidecarsets");
     env.shutdown().await;
 }
 
@@ -165,4 +171,31 @@ fn sidecarset_injection(env: &DevEnvironment) {
         .filter_map(|c| c["name"].as_str())
         .collect();
     assert_eq!(names, ["sidecar1", "app"], "{injected:#}");
+}
+
+/// The shared cases of `policies/fixtures/<kind>/validation.yaml`, as
+/// kwctl answers them: the base accepted, each case refused (422) naming
+/// its field.
+fn validation_cases(env: &DevEnvironment, module: &PolicyModule, kind: &str, resource: &str) {
+    let path = env
+        .cluster
+        .work_dir
+        .join(format!("kwctl-{}.wasm", module.name));
+    std::fs::write(&path, module.wasm).unwrap();
+    let (base, cases) = fixtures::validation_cases(&kind.to_lowercase()).unwrap();
+    let create = |object: &Value| kruise_request(kind, resource, "CREATE", object, None);
+    let accepted = kwctl_run(env, &path, create(&base));
+    assert_eq!(accepted["allowed"], true, "{kind} base: {accepted:#}");
+    assert!(cases.len() >= 20, "{kind}: {} cases", cases.len());
+    for case in cases {
+        let answer = kwctl_run(env, &path, create(&case.object));
+        assert_eq!(answer["allowed"], false, "{}: {answer:#}", case.name);
+        assert_eq!(answer["status"]["code"], 422, "{}: {answer:#}", case.name);
+        let message = answer["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!(": {}:", case.refused)),
+            "{}: {message}",
+            case.name
+        );
+    }
 }
