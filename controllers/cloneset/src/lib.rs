@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{CloneSet, Stored};
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::metrics;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -46,7 +47,11 @@ pub async fn run(client: Client) {
         Api::<ControllerRevision>::all(client),
         watcher::Config::default(),
     )
-    .run(reconcile::reconcile, on_error, context)
+    .run(
+        metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
+        on_error,
+        context,
+    )
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!(%error, "cloneset reconcile");

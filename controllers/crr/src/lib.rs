@@ -26,6 +26,7 @@ use futures::StreamExt;
 use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::metrics;
 use kruise_controller_runtime::outcome;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -56,7 +57,11 @@ pub async fn run(client: Client) {
     // Stored<_>: one request our types cannot read must not stop the watch.
     let requests = Api::<Stored<ContainerRecreateRequest>>::all(client);
     Controller::new(requests, watcher::Config::default())
-        .run(reconcile::reconcile, on_error, context)
+        .run(
+            metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
+            on_error,
+            context,
+        )
         .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) })
         .await;
     tracing::info!(controller = CONTROLLER_NAME, "stopped");

@@ -32,6 +32,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::metrics;
 use kruise_controller_runtime::outcome;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -62,7 +63,11 @@ pub async fn run(client: Client) {
     });
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     Controller::new(Api::<Pod>::all(client), watcher::Config::default())
-        .run(reconcile::reconcile, on_error, context)
+        .run(
+            metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
+            on_error,
+            context,
+        )
         .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) })
         .await;
     tracing::info!(controller = CONTROLLER_NAME, "stopped");

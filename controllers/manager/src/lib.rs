@@ -5,4 +5,5 @@
 pub mod agents;
 pub mod controllers;
 pub mod dev;
+pub mod probes;
 pub mod webhook;

@@ -1,12 +1,14 @@
 //! `kruise-manager`: kruise-wasm's controllers, and `kruise-manager dev`,
 //! the local dev cluster with the webhook host and the controllers.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kruise_manager::controllers::Controllers;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kruise_manager::probes;
 use kruise_node_agent::cri::CriRuntime;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -24,6 +26,9 @@ enum Command {
     Run {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// Where `/healthz` and `/metrics` are served.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        probe_address: SocketAddr,
     },
     /// Run the node agent of one node (a DaemonSet in a real cluster):
     /// recreates containers for ContainerRecreateRequests through the
@@ -38,6 +43,10 @@ enum Command {
         runtime_endpoint: Option<PathBuf>,
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// Where `/healthz` and `/metrics` are served (kruise-daemon's
+        /// health port).
+        #[arg(long, default_value = "0.0.0.0:10221")]
+        probe_address: SocketAddr,
     },
     /// Start the dev cluster (real kube-apiserver, etcd, controller-manager
     /// and scheduler), our CRDs, simulated nodes, the webhook host and the
@@ -67,12 +76,16 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { kubeconfig } => run(kubeconfig).await,
+        Command::Run {
+            kubeconfig,
+            probe_address,
+        } => run(kubeconfig, probe_address).await,
         Command::NodeAgent {
             node_name,
             runtime_endpoint,
             kubeconfig,
-        } => node_agent(node_name, runtime_endpoint, kubeconfig).await,
+            probe_address,
+        } => node_agent(node_name, runtime_endpoint, kubeconfig, probe_address).await,
         Command::Dev {
             sim_nodes,
             work_dir,
@@ -98,12 +111,14 @@ async fn main() -> ExitCode {
 
 async fn dev(options: DevOptions) -> Result<(), String> {
     let environment = DevEnvironment::start(options).await?;
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let (probes, _serving) = probes::serve(loopback).await?;
     let kubeconfig = environment.kubeconfig().display().to_string();
     println!(
         "The dev cluster is up: {} with {} simulated nodes; the pod webhook is served by our host at {}.\n\n\
          Use it from another shell:\n\n  export KUBECONFIG={kubeconfig}\n  kubectl get nodes\n  \
          kubectl apply -f ../shared/examples/sidecarset-scs-demo.yaml\n  kubectl apply -f ../shared/examples/pod-test-pod.yaml\n  \
-         kubectl get pod test-pod -o yaml\n\nPress Ctrl-C to stop everything.",
+         kubectl get pod test-pod -o yaml\n\nThe controllers' metrics: http://{probes}/metrics\n\nPress Ctrl-C to stop everything.",
         environment.cluster.server,
         environment.nodes.names.len(),
         environment.webhook_url,
@@ -116,10 +131,11 @@ async fn dev(options: DevOptions) -> Result<(), String> {
     Ok(())
 }
 
-async fn run(kubeconfig: Option<PathBuf>) -> Result<(), String> {
+async fn run(kubeconfig: Option<PathBuf>, probe_address: SocketAddr) -> Result<(), String> {
     let client = client(kubeconfig).await?;
+    let (probes, _serving) = probes::serve(probe_address).await?;
     let mut controllers = Controllers::start(&client);
-    eprintln!("controllers running; Ctrl-C stops them");
+    eprintln!("controllers running (http://{probes}/metrics); Ctrl-C stops them");
     tokio::signal::ctrl_c()
         .await
         .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
@@ -131,8 +147,11 @@ async fn node_agent(
     node: String,
     endpoint: Option<PathBuf>,
     kubeconfig: Option<PathBuf>,
+    probe_address: SocketAddr,
 ) -> Result<(), String> {
     let client = client(kubeconfig).await?;
+    let (probes, _serving) = probes::serve(probe_address).await?;
+    eprintln!("probes at http://{probes}/healthz and /metrics");
     let runtime = CriRuntime::connect(endpoint.as_deref())
         .await
         .map_err(|e| e.to_string())?;

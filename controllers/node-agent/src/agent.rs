@@ -23,6 +23,7 @@ use kruise_api::containerrecreaterequest::{ACTIVE_LABEL, NODE_NAME_LABEL};
 use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::metrics;
 use kruise_core::crr::daemon::{self, Kill, Observed, Step};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -81,7 +82,7 @@ pub async fn run<R: ContainerRuntime>(client: Client, node: String, runtime: R) 
     tracing::info!(agent = AGENT_NAME, %node, "starting");
     let mine = watcher::Config::default().labels(&own_requests(&node));
     Controller::new(Api::<Stored<ContainerRecreateRequest>>::all(client), mine)
-        .run(reconcile, on_error, agent)
+        .run(metrics::timed(AGENT_NAME, reconcile), on_error, agent)
         .for_each(|_| async {})
         .await;
 }

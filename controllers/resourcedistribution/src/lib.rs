@@ -38,6 +38,7 @@ use futures::StreamExt;
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kruise_api::{ResourceDistribution, Stored};
+use kruise_controller_runtime::metrics;
 use kruise_core::resourcedistribution::{ResourceKind, read_resource};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
@@ -87,7 +88,11 @@ pub async fn run(client: Client) {
             triggers::<Secret>(ResourceKind::Secret, store),
         )
         .reconcile_all_on(namespace_changes)
-        .run(reconcile::reconcile, reconcile::error_policy, context)
+        .run(
+            metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
+            reconcile::error_policy,
+            context,
+        )
         .for_each(|result| {
             match result {
                 Ok((object, _)) => tracing::debug!(distribution = %object.name, "reconciled"),

@@ -1,8 +1,9 @@
 //! What every controller shares, written once: best-effort events, one
-//! retry backoff, the API answers a controller branches on, and how the
-//! results of a reconcile stream are logged.
+//! retry backoff, the API answers a controller branches on, reconcile
+//! metrics, and how the results of a reconcile stream are logged.
 
 pub mod api_error;
 pub mod backoff;
 pub mod events;
+pub mod metrics;
 pub mod outcome;

@@ -53,6 +53,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::{SidecarSet, Stored};
 use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::metrics;
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
@@ -144,7 +145,11 @@ pub async fn run(client: Client) {
                     .map(|name| ObjectRef::<Stored<SidecarSet>>::new(name))
             },
         )
-        .run(reconcile::reconcile, error_policy, context.clone())
+        .run(
+            metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
+            error_policy,
+            context.clone(),
+        )
         .for_each(|result| {
             match result {
                 // Failures are already logged by `error_policy`.
