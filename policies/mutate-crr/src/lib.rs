@@ -6,7 +6,7 @@
 //! is refused (422) naming the field. Takes no settings.
 
 use k8s_openapi::api::core::v1::Node;
-use kruise_api::{ContainerRecreateRequest, Strictness, object_from_value};
+use kruise_api::ContainerRecreateRequest;
 use kruise_core::crr::admission::{
     Refusal, admit_create, admit_update, check_request, node_to_read,
 };
@@ -15,9 +15,8 @@ use kruise_policy_support::cluster::PodsAndNodes;
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name, read_object, read_request};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
-use serde_json::Value;
 
 const KIND: &str = "ContainerRecreateRequest";
 const INTERNAL_ERROR: u16 = 500;
@@ -38,7 +37,7 @@ pub fn evaluate<C: PodsAndNodes>(request: &KubernetesAdmissionRequest, cluster: 
 }
 
 fn create<C: PodsAndNodes>(request: &KubernetesAdmissionRequest, cluster: &C) -> Outcome {
-    let crr = match read(&request.object) {
+    let crr = match read_object::<ContainerRecreateRequest>(&request.object) {
         Ok(crr) => crr,
         Err(message) => return invalid(KIND, &object_name(request), &[message]),
     };
@@ -76,10 +75,10 @@ fn create<C: PodsAndNodes>(request: &KubernetesAdmissionRequest, cluster: &C) ->
 /// compare with, and refusing would stop the controller from finishing it
 /// and removing its finalizer.
 fn update(request: &KubernetesAdmissionRequest) -> Outcome {
-    let Ok(old) = read(&request.old_object) else {
+    let Ok(old) = read_object::<ContainerRecreateRequest>(&request.old_object) else {
         return Outcome::Accept;
     };
-    let new = match read(&request.object) {
+    let new = match read_object::<ContainerRecreateRequest>(&request.object) {
         Ok(new) => new,
         Err(message) => return invalid(KIND, &object_name(request), &[message]),
     };
@@ -116,19 +115,6 @@ fn namespace<'a>(
     }
 }
 
-fn object_name(request: &KubernetesAdmissionRequest) -> String {
-    request.object["metadata"]["name"]
-        .as_str()
-        .unwrap_or(&request.name)
-        .to_owned()
-}
-
-/// Lenient like the API server's pruning; a field of the wrong type or an
-/// unknown enum value is an error that names the field.
-fn read(object: &Value) -> Result<ContainerRecreateRequest, String> {
-    object_from_value(object.clone(), Strictness::Lenient).map_err(|e| e.to_string())
-}
-
 /// The `validate` waPC operation.
 pub fn validate_payload<C: PodsAndNodes>(payload: &[u8], cluster: &C) -> Result<Vec<u8>, String> {
     let outcome = match read_request::<Settings>(payload) {
@@ -158,7 +144,7 @@ mod tests {
     use std::cell::RefCell;
 
     use k8s_openapi::api::core::v1::Pod;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 

@@ -109,6 +109,22 @@ pub fn pod_to_create(request: &KubernetesAdmissionRequest) -> Result<Option<Pod>
         .map_err(|e| format!("the object is not a valid Pod: {e}"))
 }
 
+/// The name of the request's object, else the request's own name.
+pub fn object_name(request: &KubernetesAdmissionRequest) -> String {
+    request.object["metadata"]["name"]
+        .as_str()
+        .unwrap_or(&request.name)
+        .to_owned()
+}
+
+/// One of our kinds from a request, read leniently like the API server's
+/// pruning; a field of the wrong type or an unknown enum value is an error
+/// that names the field.
+pub fn read_object<K: kruise_api::KruiseObject>(object: &serde_json::Value) -> Result<K, String> {
+    kruise_api::object_from_value(object.clone(), kruise_api::Strictness::Lenient)
+        .map_err(|e| e.to_string())
+}
+
 /// What a policy decided.
 #[derive(Debug, PartialEq)]
 pub enum Outcome {

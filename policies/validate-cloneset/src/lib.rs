@@ -3,15 +3,14 @@
 //! `kruise_core::cloneset::validation`; a CloneSet that does not parse, or
 //! has violations, is refused (422) naming the fields. Takes no settings.
 
-use kruise_api::{CloneSet, Strictness, object_from_value};
+use kruise_api::CloneSet;
 use kruise_core::cloneset::validation::validate;
 /// The policy takes no settings; any given are refused.
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, read_request};
+use kruise_policy_support::{Outcome, invalid, read_object, read_request};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
-use serde_json::Value;
 
 /// The decision for one admission request.
 pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
@@ -25,14 +24,14 @@ pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
         .as_str()
         .unwrap_or(&request.name)
         .to_owned();
-    let new = match read(&request.object) {
+    let new = match read_object::<CloneSet>(&request.object) {
         Ok(new) => new,
         Err(message) => return invalid("CloneSet", &name, &[message]),
     };
     // A stored CloneSet that no longer parses can be fixed: then only the
     // checks of a create apply.
     let old = (request.operation == "UPDATE")
-        .then(|| read(&request.old_object).ok())
+        .then(|| read_object::<CloneSet>(&request.old_object).ok())
         .flatten();
     let violations = validate(&new, old.as_ref());
     if violations.is_empty() {
@@ -40,12 +39,6 @@ pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
     } else {
         invalid("CloneSet", &name, &violations)
     }
-}
-
-/// Lenient like the API server's pruning; a field of the wrong type or an
-/// unknown enum value is an error that names the field.
-fn read(object: &Value) -> Result<CloneSet, String> {
-    object_from_value(object.clone(), Strictness::Lenient).map_err(|e| e.to_string())
 }
 
 /// The `validate` waPC operation.

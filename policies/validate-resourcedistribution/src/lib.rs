@@ -10,7 +10,7 @@ use kruise_core::resourcedistribution::{validate_create, validate_update};
 pub use kruise_policy_support::{
     NoSettings as Settings, UNPROCESSABLE, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name, read_request};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
@@ -30,17 +30,6 @@ pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
         Ok(violations) => invalid("ResourceDistribution", &object_name(request), &violations),
         Err(message) => Outcome::bad_request(message),
     }
-}
-
-/// The object's name, else the request's.
-fn object_name(request: &KubernetesAdmissionRequest) -> String {
-    request
-        .object
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or(&request.name)
-        .to_owned()
 }
 
 fn read(object: &serde_json::Value, key: &str) -> Result<ResourceDistribution, String> {

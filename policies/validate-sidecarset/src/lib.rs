@@ -6,16 +6,15 @@
 //! Takes no settings.
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kruise_api::{SidecarSet, Strictness, object_from_value};
+use kruise_api::SidecarSet;
 use kruise_core::sidecarset::validation::{ClusterView, validate};
 use kruise_policy_support::cluster::Cluster;
 /// The policy takes no settings; any given are refused.
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name, read_object, read_request};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
-use serde_json::Value;
 
 /// The decision for one admission request.
 pub fn evaluate<C: Cluster>(request: &KubernetesAdmissionRequest, cluster: &C) -> Outcome {
@@ -26,7 +25,7 @@ pub fn evaluate<C: Cluster>(request: &KubernetesAdmissionRequest, cluster: &C) -
         return Outcome::Accept;
     }
     let name = object_name(request);
-    let new = match read(&request.object) {
+    let new = match read_object::<SidecarSet>(&request.object) {
         Ok(new) => new,
         Err(message) => return invalid("SidecarSet", &name, &[message]),
     };
@@ -34,7 +33,7 @@ pub fn evaluate<C: Cluster>(request: &KubernetesAdmissionRequest, cluster: &C) -
     // webhook existed): then only the checks of a create apply, so that
     // the object can be fixed.
     let old = (request.operation == "UPDATE")
-        .then(|| read(&request.old_object).ok())
+        .then(|| read_object::<SidecarSet>(&request.old_object).ok())
         .flatten();
     let others = match cluster.sidecar_sets() {
         Ok(listed) => listed.readable,
@@ -78,19 +77,6 @@ fn revisions_needed<C: Cluster>(
         (Some(name), true) => cluster.sidecar_set_revisions(name),
         _ => Ok(Vec::new()),
     }
-}
-
-fn object_name(request: &KubernetesAdmissionRequest) -> String {
-    request.object["metadata"]["name"]
-        .as_str()
-        .unwrap_or(&request.name)
-        .to_owned()
-}
-
-/// Lenient like the API server's pruning; a field of the wrong type or an
-/// unknown enum value is an error that names the field.
-fn read(object: &Value) -> Result<SidecarSet, String> {
-    object_from_value(object.clone(), Strictness::Lenient).map_err(|e| e.to_string())
 }
 
 /// The `validate` waPC operation.
