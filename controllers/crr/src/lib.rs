@@ -9,8 +9,10 @@
 //!
 //! Every decision is [`kruise_core::crr::controller::plan`]'s; a round reads
 //! the request and its pod fresh and makes the writes the plan asks for,
-//! one at a time. Each write names the resourceVersion it was planned on,
-//! so a write racing the node agent's becomes a conflict and a new plan.
+//! one at a time. Status, finalizer and annotation writes name the
+//! resourceVersion they were planned on, so a write racing the node agent's
+//! becomes a conflict and a new plan; dropping the `active` label is
+//! idempotent, and the TTL delete names the request's UID.
 //!
 //! Unlike OpenKruise's controller this one does not watch every pod of the
 //! cluster: an open request is looked at again every [`RESYNC`] (and every
