@@ -5,6 +5,7 @@
 pub mod cloneset;
 pub mod crr;
 pub mod history;
+pub mod imagepull;
 pub mod launch_priority;
 mod names;
 pub mod owner;
