@@ -39,6 +39,19 @@ impl SimNodes {
         Ok(Self { names, tasks })
     }
 
+    /// Registers one more node (`sim-node-<n+1>`) with its heartbeat, as
+    /// a node joining later. Pods scheduled to it are not played: it is
+    /// for what needs a node but no pods (NodeImages, image pulls).
+    pub async fn add(&mut self, client: &Client) -> Result<String, kube::Error> {
+        let index = self.names.len();
+        let name = format!("sim-node-{}", index + 1);
+        node::register(client, &name, index).await?;
+        self.tasks
+            .push(tokio::spawn(node::heartbeat(client.clone(), name.clone())));
+        self.names.push(name.clone());
+        Ok(name)
+    }
+
     pub fn stop(&mut self) {
         for task in self.tasks.drain(..) {
             task.abort();

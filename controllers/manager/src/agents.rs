@@ -26,17 +26,24 @@ impl NodeAgents {
         let mut tasks = Vec::new();
         for node in sim_nodes {
             let runtime = SimRuntime::new(client.clone(), node);
-            let agent = kruise_node_agent::agent::run(client.clone(), node.clone(), runtime);
+            let agent = kruise_node_agent::run(client.clone(), node.clone(), runtime);
             tasks.push(tokio::spawn(agent));
         }
         if let Some((node, socket)) = real_node {
             let runtime = CriRuntime::connect(Some(socket))
                 .await
                 .map_err(|e| format!("the real node's agent cannot reach containerd: {e}"))?;
-            let agent = kruise_node_agent::agent::run(client.clone(), node.to_owned(), runtime);
+            let agent = kruise_node_agent::run(client.clone(), node.to_owned(), runtime);
             tasks.push(tokio::spawn(agent));
         }
         Ok(Self { tasks })
+    }
+
+    /// Starts the agent of one more simulated node.
+    pub fn add_sim(&mut self, client: &Client, node: &str) {
+        let runtime = SimRuntime::new(client.clone(), node);
+        let agent = kruise_node_agent::run(client.clone(), node.to_owned(), runtime);
+        self.tasks.push(tokio::spawn(agent));
     }
 
     pub fn stop(&mut self) {

@@ -1,5 +1,6 @@
 //! The controllers this manager runs, each a task of its own.
 
+pub use kruise_imagepull_controller::Options as ImagePullOptions;
 use kube::Client;
 use tokio::task::JoinHandle;
 
@@ -10,10 +11,11 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    pub fn start(client: &Client) -> Self {
+    pub fn start(client: &Client, image_pull: ImagePullOptions) -> Self {
         let tasks = vec![
             tokio::spawn(kruise_cloneset_controller::run(client.clone())),
             tokio::spawn(kruise_crr_controller::run(client.clone())),
+            tokio::spawn(kruise_imagepull_controller::run(client.clone(), image_pull)),
             tokio::spawn(kruise_launchpriority_controller::run(client.clone())),
             tokio::spawn(kruise_resourcedistribution_controller::run(client.clone())),
             tokio::spawn(kruise_sidecarset_controller::run(client.clone())),

@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::agents::NodeAgents;
-use crate::controllers::Controllers;
+use crate::controllers::{Controllers, ImagePullOptions};
 use crate::webhook::{self, POD_CHAIN};
 
 #[derive(Debug, Clone)]
@@ -110,7 +110,14 @@ impl DevEnvironment {
             real_node,
             webhook: Some(webhook),
             controllers: if options.run_controllers {
-                Controllers::start(&client)
+                // NodeImages at once: simulated nodes' labels are final.
+                Controllers::start(
+                    &client,
+                    ImagePullOptions {
+                        creation_delay: std::time::Duration::ZERO,
+                        ..ImagePullOptions::default()
+                    },
+                )
             } else {
                 Controllers::none()
             },

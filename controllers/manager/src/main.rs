@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use kruise_manager::controllers::Controllers;
+use kruise_manager::controllers::{Controllers, ImagePullOptions};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_manager::probes;
 use kruise_node_agent::cri::CriRuntime;
@@ -134,7 +134,7 @@ async fn dev(options: DevOptions) -> Result<(), String> {
 async fn run(kubeconfig: Option<PathBuf>, probe_address: SocketAddr) -> Result<(), String> {
     let client = client(kubeconfig).await?;
     let (probes, _serving) = probes::serve(probe_address).await?;
-    let mut controllers = Controllers::start(&client);
+    let mut controllers = Controllers::start(&client, ImagePullOptions::default());
     eprintln!("controllers running (http://{probes}/metrics); Ctrl-C stops them");
     tokio::signal::ctrl_c()
         .await
@@ -161,7 +161,7 @@ async fn node_agent(
         runtime.runtime_name()
     );
     tokio::select! {
-        () = kruise_node_agent::agent::run(client, node, runtime) => Ok(()),
+        () = kruise_node_agent::run(client, node, runtime) => Ok(()),
         signal = tokio::signal::ctrl_c() => signal.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
     }
 }

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use hyper_util::rt::TokioIo;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    Container, ContainerFilter, ContainerState, ContainerStatusRequest, ExecSyncRequest,
-    ListContainersRequest, StopContainerRequest, VersionRequest,
+    AuthConfig, Container, ContainerFilter, ContainerState, ContainerStatusRequest,
+    ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainersRequest, PodSandboxConfig,
+    PullImageRequest, StopContainerRequest, VersionRequest,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -21,7 +23,10 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Request, Response, Status};
 
-use crate::runtime::{ContainerRuntime, ExecOutput, RuntimeContainer, RuntimeError, RuntimeState};
+use crate::runtime::{
+    ContainerRuntime, Credential, ExecOutput, RuntimeContainer, RuntimeError, RuntimeState,
+    SandboxConfig,
+};
 
 /// The sockets kruise-daemon looks for under the host's `/var/run`, in its
 /// order (containerd, CRI-O, cri-dockerd), plus containerd's `/run` path
@@ -57,6 +62,7 @@ pub struct CriRuntime {
     /// `<runtime name>://`, the prefix of container IDs in pod statuses.
     id_prefix: String,
     client: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
     call_timeout: Duration,
 }
 
@@ -117,7 +123,8 @@ impl CriRuntime {
             endpoint: path.to_path_buf(),
             runtime_name: String::new(),
             id_prefix: String::new(),
-            client: RuntimeServiceClient::new(channel),
+            client: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
             call_timeout: DEFAULT_CALL_TIMEOUT,
         };
         let request = VersionRequest {
@@ -309,6 +316,56 @@ impl ContainerRuntime for CriRuntime {
         self.call(deadline, request, |r| client.stop_container(r))
             .await
             .map(|_| ())
+    }
+
+    async fn image_id(&self, reference: &str) -> Result<Option<String>, RuntimeError> {
+        let request = ImageStatusRequest {
+            image: Some(image_spec(reference)),
+            verbose: false,
+        };
+        let mut images = self.images.clone();
+        let response = self
+            .call(self.call_timeout, request, |r| images.image_status(r))
+            .await?;
+        // An image the runtime does not have comes back as no image.
+        Ok(response
+            .image
+            .map(|image| image.id)
+            .filter(|id| !id.is_empty()))
+    }
+
+    async fn pull_image(
+        &self,
+        reference: &str,
+        credential: Option<&Credential>,
+        sandbox: Option<&SandboxConfig>,
+    ) -> Result<String, RuntimeError> {
+        let request = PullImageRequest {
+            image: Some(image_spec(reference)),
+            auth: credential.map(|c| AuthConfig {
+                username: c.username.clone(),
+                password: c.password.clone(),
+                ..AuthConfig::default()
+            }),
+            sandbox_config: sandbox.map(|s| PodSandboxConfig {
+                labels: s.labels.clone().into_iter().collect(),
+                annotations: s.annotations.clone().into_iter().collect(),
+                ..PodSandboxConfig::default()
+            }),
+        };
+        let mut images = self.images.clone();
+        // The caller bounds the pull; this deadline only guards a hang.
+        let response = self
+            .call(Duration::from_hours(24), request, |r| images.pull_image(r))
+            .await?;
+        Ok(response.image_ref)
+    }
+}
+
+fn image_spec(reference: &str) -> ImageSpec {
+    ImageSpec {
+        image: reference.to_owned(),
+        ..ImageSpec::default()
     }
 }
 

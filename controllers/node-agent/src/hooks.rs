@@ -129,10 +129,14 @@ mod tests {
     use super::*;
     use crate::runtime::{ExecOutput, RuntimeContainer};
 
+    /// The execs a recorder saw: container ID and command.
+    type Calls = std::sync::Arc<Mutex<Vec<(String, Vec<String>)>>>;
+
     /// Records execs; answers with `exit_code`.
+    #[derive(Clone)]
     struct Recorder {
         exit_code: i32,
-        calls: Mutex<Vec<(String, Vec<String>)>>,
+        calls: Calls,
     }
 
     impl ContainerRuntime for Recorder {
@@ -158,12 +162,23 @@ mod tests {
         async fn stop_container(&self, _id: &str, _grace: Duration) -> Result<(), RuntimeError> {
             Ok(())
         }
+        async fn image_id(&self, _reference: &str) -> Result<Option<String>, RuntimeError> {
+            Err(RuntimeError::Failed("hooks pull no images".to_owned()))
+        }
+        async fn pull_image(
+            &self,
+            _reference: &str,
+            _credential: Option<&crate::runtime::Credential>,
+            _sandbox: Option<&crate::runtime::SandboxConfig>,
+        ) -> Result<String, RuntimeError> {
+            Err(RuntimeError::Failed("hooks pull no images".to_owned()))
+        }
     }
 
     fn recorder(exit_code: i32) -> Recorder {
         Recorder {
             exit_code,
-            calls: Mutex::default(),
+            calls: std::sync::Arc::default(),
         }
     }
 

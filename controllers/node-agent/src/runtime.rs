@@ -1,5 +1,6 @@
 //! The container runtime as the agent needs it: list a pod's containers,
-//! run a command in one, stop one. Two implementations: [`crate::cri`]
+//! run a command in one, stop one; look an image up, pull one. Two
+//! implementations: [`crate::cri`]
 //! (the node's real runtime over its CRI socket) and [`crate::sim`] (the
 //! dev cluster's simulated nodes, where the pod status is the runtime).
 
@@ -7,7 +8,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+pub use kruise_api::nodeimage::SandboxConfig;
 pub use kruise_core::crr::daemon::{RuntimeContainer, RuntimeState};
+pub use kruise_core::imagepull::secrets::Credential;
 
 /// What a command run in a container (a preStop exec hook) gave back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -33,7 +36,7 @@ pub enum RuntimeError {
 
 /// A node's container runtime. Container IDs carry the runtime's prefix,
 /// as in a pod's status (`containerd://<id>`).
-pub trait ContainerRuntime: Send + Sync + 'static {
+pub trait ContainerRuntime: Clone + Send + Sync + 'static {
     /// Every container instance of this pod, running or exited.
     fn pod_containers(
         &self,
@@ -55,4 +58,19 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         container_id: &str,
         grace: Duration,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// The image's ID (`sha256:...`) if the node has it.
+    fn image_id(
+        &self,
+        reference: &str,
+    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
+
+    /// Pulls the image, with `credential` if given (anonymously if not),
+    /// and returns its ID. The caller bounds how long it may take.
+    fn pull_image(
+        &self,
+        reference: &str,
+        credential: Option<&Credential>,
+        sandbox: Option<&SandboxConfig>,
+    ) -> impl Future<Output = Result<String, RuntimeError>> + Send;
 }

@@ -5,7 +5,14 @@
 //! instance (new containerID, restartCount + 1), as kubelet does after a
 //! real stop. Commands cannot run in a simulated container: an exec hook
 //! succeeds without running anything.
+//!
+//! Images live in memory, one store per node: a pull takes
+//! [`SimPulls::delay`] and fails with probability [`SimPulls::failure_rate`],
+//! else stores an ID made from the reference.
 
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -17,13 +24,37 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::runtime::{ContainerRuntime, ExecOutput, RuntimeContainer, RuntimeError, RuntimeState};
+use crate::runtime::{
+    ContainerRuntime, Credential, ExecOutput, RuntimeContainer, RuntimeError, RuntimeState,
+    SandboxConfig,
+};
+
+/// How simulated pulls behave.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimPulls {
+    /// How long each pull takes.
+    pub delay: Duration,
+    /// The share of pulls that fail, from 0 (none) to 1 (all).
+    pub failure_rate: f64,
+}
+
+impl Default for SimPulls {
+    fn default() -> Self {
+        Self {
+            delay: Duration::from_secs(1),
+            failure_rate: 0.0,
+        }
+    }
+}
 
 /// The simulated runtime of one node.
 #[derive(Clone)]
 pub struct SimRuntime {
     client: Client,
     node: String,
+    pulls: SimPulls,
+    /// Reference → image ID.
+    images: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl std::fmt::Debug for SimRuntime {
@@ -36,10 +67,22 @@ impl std::fmt::Debug for SimRuntime {
 
 impl SimRuntime {
     pub fn new(client: Client, node: &str) -> Self {
+        Self::with_pulls(client, node, SimPulls::default())
+    }
+
+    pub fn with_pulls(client: Client, node: &str, pulls: SimPulls) -> Self {
         Self {
             client,
             node: node.to_owned(),
+            pulls,
+            images: Arc::default(),
         }
+    }
+
+    fn images(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The pod on this node running the container with this ID.
@@ -117,6 +160,39 @@ impl ContainerRuntime for SimRuntime {
             .map(drop)
             .map_err(|e| RuntimeError::Failed(format!("cannot stop {container_id}: {e}")))
     }
+
+    async fn image_id(&self, reference: &str) -> Result<Option<String>, RuntimeError> {
+        Ok(self.images().get(reference).cloned())
+    }
+
+    async fn pull_image(
+        &self,
+        reference: &str,
+        _credential: Option<&Credential>,
+        _sandbox: Option<&SandboxConfig>,
+    ) -> Result<String, RuntimeError> {
+        tokio::time::sleep(self.pulls.delay).await;
+        if fails(self.pulls.failure_rate) {
+            return Err(RuntimeError::Failed(format!(
+                "simulated pull failure of {reference} on {}",
+                self.node
+            )));
+        }
+        let id = format!("sha256:{:064x}", RandomState::new().hash_one(reference));
+        self.images().insert(reference.to_owned(), id.clone());
+        Ok(id)
+    }
+}
+
+/// A draw that comes out true with probability `rate`.
+fn fails(rate: f64) -> bool {
+    if rate <= 0.0 {
+        return false;
+    }
+    // The top 53 bits of a random u64, as a fraction in [0, 1).
+    #[allow(clippy::cast_precision_loss)]
+    let draw = (RandomState::new().hash_one(0u8) >> 11) as f64 / (1u64 << 53) as f64;
+    draw < rate
 }
 
 fn statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {

@@ -520,3 +520,53 @@ fn a_finished_job_is_deleted_after_its_ttl() {
     job.spec.completion_policy.ttl_seconds_after_finished = None;
     assert_eq!(finished(&job, now()), Finished::Keep(None));
 }
+
+fn labelled(name: &str, pool: &str) -> NodeImage {
+    let mut node = node(name);
+    node.metadata.labels = Some([("pool".to_owned(), pool.to_owned())].into());
+    node
+}
+
+fn pod(name: &str, node: Option<&str>, phase: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"containers": [], "nodeName": node},
+        "status": {"phase": phase},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn targets_by_names_labels_pods_or_all() {
+    use kruise_core::imagepull::job::select_targets;
+    // TestAll of OpenKruise's imagejob_reader_test.go, in short.
+    let nodes = [
+        labelled("c", "web"),
+        labelled("a", "db"),
+        labelled("b", "web"),
+    ];
+    let all = job("  image: a\n  completionPolicy: {}\n");
+    assert_eq!(select_targets(&all, &nodes, &[]).unwrap(), [1, 2, 0]);
+    let named =
+        job("  image: a\n  completionPolicy: {}\n  selector: {names: [c, missing, a, c]}\n");
+    assert_eq!(select_targets(&named, &nodes, &[]).unwrap(), [0, 1]);
+    let none = job("  image: a\n  completionPolicy: {}\n  selector: {names: []}\n");
+    assert!(select_targets(&none, &nodes, &[]).unwrap().is_empty());
+    let web = job("  image: a\n  completionPolicy: {}\n  selector: {matchLabels: {pool: web}}\n");
+    assert_eq!(select_targets(&web, &nodes, &[]).unwrap(), [2, 0]);
+    let by_pods =
+        job("  image: a\n  completionPolicy: {}\n  podSelector: {matchLabels: {app: web}}\n");
+    let pods = [
+        pod("p3", Some("c"), "Running"),
+        pod("p1", Some("c"), "Running"),
+        pod("p2", None, "Pending"),
+        pod("p4", Some("a"), "Succeeded"),
+        pod("p5", Some("b"), "Pending"),
+        pod("p6", Some("gone"), "Running"),
+    ];
+    assert_eq!(select_targets(&by_pods, &nodes, &pods).unwrap(), [0, 2]);
+    let bad = job(
+        "  image: a\n  completionPolicy: {}\n  selector: {matchExpressions: [{key: pool, operator: Maybe}]}\n",
+    );
+    assert!(select_targets(&bad, &nodes, &[]).is_err());
+}

@@ -479,3 +479,82 @@ pub fn needs_finalizer(job: &ImagePullJob) -> bool {
         .flatten()
         .any(|f| f == kruise_api::imagepulljob::DELETION_PROTECTION_FINALIZER)
 }
+
+/// The job's target NodeImages (indexes into `node_images`), in the
+/// order they get the tag:
+/// - `podSelector`: the nodes of the matching pods (`pods` is the job's
+///   namespace) that are scheduled and not finished, by pod name;
+/// - no selector: every NodeImage;
+/// - `selector.names`: those NodeImages, in the order named;
+/// - else the NodeImages whose labels (the node's) match.
+///
+/// Names without a NodeImage are skipped; others in name order.
+pub fn select_targets(
+    job: &ImagePullJob,
+    node_images: &[NodeImage],
+    pods: &[k8s_openapi::api::core::v1::Pod],
+) -> Result<Vec<usize>, crate::selector::SelectorError> {
+    let mut by_name: Vec<(usize, &str)> = node_images
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.metadata.name.as_deref().map(|name| (i, name)))
+        .collect();
+    by_name.sort_by_key(|(_, name)| *name);
+    let index_of = |wanted: &str| by_name.iter().find(|(_, n)| *n == wanted).map(|(i, _)| *i);
+    if let Some(pod_selector) = &job.spec.pod_selector {
+        let mut matching = Vec::new();
+        for pod in pods {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            if crate::selector::matches(pod_selector, &labels)? && is_placed_and_running(pod) {
+                matching.push(pod);
+            }
+        }
+        matching.sort_by_key(|p| p.metadata.name.clone());
+        let mut targets = Vec::new();
+        for pod in matching {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(index) = node.and_then(index_of)
+                && !targets.contains(&index)
+            {
+                targets.push(index);
+            }
+        }
+        return Ok(targets);
+    }
+    let Some(selector) = &job.spec.selector else {
+        return Ok(by_name.iter().map(|(i, _)| *i).collect());
+    };
+    if let Some(names) = &selector.names {
+        let mut targets = Vec::new();
+        for index in names.iter().filter_map(|n| index_of(n)) {
+            if !targets.contains(&index) {
+                targets.push(index);
+            }
+        }
+        return Ok(targets);
+    }
+    let label_selector = selector.label_selector();
+    let mut targets = Vec::new();
+    for (index, _) in &by_name {
+        let labels = node_images[*index]
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default();
+        if crate::selector::matches(&label_selector, &labels)? {
+            targets.push(*index);
+        }
+    }
+    Ok(targets)
+}
+
+fn is_placed_and_running(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase, Some("Succeeded" | "Failed"))
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+}

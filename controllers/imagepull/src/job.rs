@@ -1,0 +1,497 @@
+//! The ImagePullJob controller: one round per job reads it, its targets
+//! and their NodeImages fresh, mirrors its pull secrets, writes its tag
+//! into as many NodeImages as `parallelism` allows, frees the nodes of
+//! tags it no longer wants, and writes its status. Decisions are
+//! [`kruise_core::imagepull::job`]'s.
+//!
+//! A running job is looked at again every [`RESYNC`] (a Never job every
+//! [`NEVER_RESYNC`], to find new nodes), so progress never waits on an
+//! event; NodeImage changes wake the jobs they name at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::imagepulljob::CompletionPolicyType;
+use kruise_api::imagepulljob::DELETION_PROTECTION_FINALIZER;
+use kruise_api::nodeimage::ReferenceObject;
+use kruise_api::{ImagePullJob, NodeImage, Stored};
+use kruise_controller_runtime::api_error::{is_already_exists, is_conflict, is_not_found};
+use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::{metrics, outcome};
+use kruise_core::imagepull::job::{
+    self, Finished, completion_type, job_image, plan, release_tags, select_targets,
+    sync_node_image, tag_pull_policy,
+};
+use kruise_core::imagepull::secrets::{self, MirrorWrite};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::Instrument;
+
+use crate::{Error, Options, failed, random};
+
+pub const CONTROLLER_NAME: &str = "kruise-imagepulljob-controller";
+/// How often a running job is looked at without an event.
+pub const RESYNC: Duration = Duration::from_secs(2);
+/// How often a Never job looks for new target nodes.
+pub const NEVER_RESYNC: Duration = Duration::from_secs(10);
+
+struct Context {
+    client: Client,
+    options: Options,
+    events: Events,
+    backoff: Backoff,
+}
+
+/// Runs the controller until the task is dropped.
+pub async fn run(client: Client, options: Options) {
+    let context = Arc::new(Context {
+        events: Events::new(client.clone(), CONTROLLER_NAME),
+        backoff: Backoff::default(),
+        client: client.clone(),
+        options,
+    });
+    tracing::info!(controller = CONTROLLER_NAME, "starting");
+    let jobs = Api::<Stored<ImagePullJob>>::all(client.clone());
+    let node_images = Api::<Stored<NodeImage>>::all(client);
+    Controller::new(jobs, watcher::Config::default())
+        .watches(node_images, watcher::Config::default(), jobs_named_in)
+        .run(
+            metrics::timed(CONTROLLER_NAME, reconcile),
+            on_error,
+            context,
+        )
+        .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) })
+        .await;
+}
+
+/// The jobs a NodeImage's tags name as owners: its status changed, so
+/// their progress did.
+fn jobs_named_in(image: Stored<NodeImage>) -> Vec<ObjectRef<Stored<ImagePullJob>>> {
+    let Ok(image) = image.object else {
+        return Vec::new();
+    };
+    image
+        .spec
+        .images
+        .values()
+        .flat_map(|i| &i.tags)
+        .flat_map(|t| &t.owner_references)
+        .filter(|o| job::is_job_reference(o))
+        .filter_map(|o| Some(ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?)))
+        .collect()
+}
+
+// The signature is kube-runtime's error policy.
+#[allow(clippy::needless_pass_by_value)]
+fn on_error(job: Arc<Stored<ImagePullJob>>, error: &Error, context: Arc<Context>) -> Action {
+    let key = job_key(&job.metadata);
+    let delay = context.backoff.next(&key);
+    tracing::warn!(job = %key, %error, retry_in = ?delay, "ImagePullJob round failed");
+    Action::requeue(delay)
+}
+
+fn job_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+async fn reconcile(
+    cached: Arc<Stored<ImagePullJob>>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    let key = job_key(&cached.metadata);
+    let span = tracing::info_span!("reconcile", controller = CONTROLLER_NAME, job = %key);
+    let action = round(&cached, &context).instrument(span).await?;
+    context.backoff.reset(&key);
+    Ok(action)
+}
+
+async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Action, Error> {
+    let namespace = cached.namespace().unwrap_or_default();
+    let jobs: Api<Stored<ImagePullJob>> = Api::namespaced(context.client.clone(), &namespace);
+    let Some(stored) = jobs
+        .get_opt(&cached.name_any())
+        .await
+        .map_err(failed("read the job"))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let job = match stored.object {
+        Ok(job) => job,
+        Err(reason) => {
+            tracing::warn!(job = %job_key(&stored.metadata), %reason, "cannot read the job: skipped");
+            return Ok(Action::await_change());
+        }
+    };
+    let now = Timestamp::now();
+    if job.metadata.deletion_timestamp.is_some() {
+        finalize(context, &job, true).await?;
+        return Ok(Action::await_change());
+    }
+    match job::finished(&job, now) {
+        Finished::Delete => {
+            finalize(context, &job, false).await?;
+            delete(context, &job).await?;
+            return Ok(Action::await_change());
+        }
+        Finished::Keep(after) => {
+            finalize(context, &job, false).await?;
+            return Ok(after.map_or_else(Action::await_change, Action::requeue));
+        }
+        Finished::Running => {}
+    }
+    if job::needs_finalizer(&job) {
+        let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.push(DELETION_PROTECTION_FINALIZER.to_owned());
+        write_finalizers(context, &job, finalizers).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    progress(context, &job, now).await
+}
+
+/// Targets, secrets, NodeImage writes and the status of a running job.
+async fn progress(context: &Context, job: &ImagePullJob, now: Timestamp) -> Result<Action, Error> {
+    let node_images = list_node_images(context).await?;
+    let pods = match &job.spec.pod_selector {
+        Some(selector) => {
+            let namespace = job.metadata.namespace.clone().unwrap_or_default();
+            let selector = kruise_core::selector::to_selector_string(selector);
+            Api::<Pod>::namespaced(context.client.clone(), &namespace)
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(failed("list the pods of the podSelector"))?
+                .items
+        }
+        None => Vec::new(),
+    };
+    let targets: Vec<NodeImage> = match select_targets(job, &node_images, &pods) {
+        Ok(indexes) => indexes
+            .into_iter()
+            .map(|i| node_images[i].clone())
+            .collect(),
+        Err(error) => return refuse(context, job, &format!("invalid selector: {error}")).await,
+    };
+    let mirrors = sync_secrets(context, job).await?;
+    let planned = match plan(job, &targets, &mirrors, now) {
+        Ok(planned) => planned,
+        Err(error) => return refuse(context, job, &error.to_string()).await,
+    };
+    if planned.status.completion_time.is_none() {
+        for &index in &planned.sync {
+            add_tag(context, job, &targets[index], &mirrors).await?;
+        }
+        release_old_tags(context, job, &node_images).await?;
+    }
+    if job.status.as_ref() != Some(&planned.status) {
+        let mut updated = job.clone();
+        updated.status = Some(planned.status);
+        write_status(context, &updated).await?;
+    }
+    let resync = if completion_type(job) == CompletionPolicyType::Never {
+        NEVER_RESYNC
+    } else {
+        RESYNC
+    };
+    Ok(Action::requeue(
+        planned.requeue.map_or(resync, |d| d.min(resync)),
+    ))
+}
+
+/// A spec the controller cannot act on: said once in an event and the
+/// job's message, then left until it changes.
+async fn refuse(context: &Context, job: &ImagePullJob, message: &str) -> Result<Action, Error> {
+    let text = format!("invalid spec: {message}");
+    let current = job.status.as_ref().and_then(|s| s.message.as_deref());
+    if current != Some(text.as_str()) {
+        context
+            .events
+            .warning(&job.object_ref(&()), "InvalidSpec", "Skip", &text)
+            .await;
+        let mut updated = job.clone();
+        updated.status.get_or_insert_with(Default::default).message = Some(text);
+        write_status(context, &updated).await?;
+    }
+    Ok(Action::await_change())
+}
+
+async fn list_node_images(context: &Context) -> Result<Vec<NodeImage>, Error> {
+    let listed = Api::<Stored<NodeImage>>::all(context.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(failed("list the NodeImages"))?;
+    // One NodeImage our types cannot read costs that node, not the job.
+    Ok(listed
+        .items
+        .into_iter()
+        .filter_map(|s| s.object.ok())
+        .collect())
+}
+
+/// Writes the job's tag into one NodeImage, on a fresh read; a conflict
+/// waits for the next round.
+async fn add_tag(
+    context: &Context,
+    job: &ImagePullJob,
+    target: &NodeImage,
+    mirrors: &[ReferenceObject],
+) -> Result<(), Error> {
+    let api: Api<NodeImage> = Api::all(context.client.clone());
+    let name = target.name_any();
+    let Some(mut fresh) = api
+        .get_opt(&name)
+        .await
+        .map_err(failed("read a NodeImage"))?
+    else {
+        return Ok(());
+    };
+    let policy = tag_pull_policy(job, random(), context.options.extra_always_ttl);
+    let changed = sync_node_image(
+        &mut fresh.spec,
+        fresh.status.as_ref(),
+        job,
+        mirrors,
+        Timestamp::now(),
+        policy,
+    )
+    .unwrap_or(false);
+    if changed {
+        replace_node_image(&api, &fresh).await?;
+        tracing::info!(node = %name, image = %job.spec.image, "tag written");
+    }
+    Ok(())
+}
+
+/// Edits take effect: the job leaves the tags of an image it no longer
+/// pulls, which frees nodes of them.
+async fn release_old_tags(
+    context: &Context,
+    job: &ImagePullJob,
+    node_images: &[NodeImage],
+) -> Result<(), Error> {
+    let keep = job_image(job).ok();
+    release_from(context, job, node_images, keep.as_ref()).await
+}
+
+async fn release_from(
+    context: &Context,
+    job: &ImagePullJob,
+    node_images: &[NodeImage],
+    keep: Option<&kruise_core::imagepull::reference::ImageRef>,
+) -> Result<(), Error> {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let api: Api<NodeImage> = Api::all(context.client.clone());
+    for image in node_images {
+        let mut updated = image.clone();
+        if release_tags(&mut updated.spec, uid, keep) {
+            replace_node_image(&api, &updated).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn replace_node_image(api: &Api<NodeImage>, image: &NodeImage) -> Result<(), Error> {
+    match api
+        .replace(&image.name_any(), &PostParams::default(), image)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(failed("write a NodeImage")(error)),
+    }
+}
+
+/// Mirrors the job's pull secrets into the agents' namespace and returns
+/// the mirrors' references.
+async fn sync_secrets(
+    context: &Context,
+    job: &ImagePullJob,
+) -> Result<Vec<ReferenceObject>, Error> {
+    let key = job_key(&job.metadata);
+    let config_namespace = &context.options.config_namespace;
+    let mirrors_api: Api<Secret> = Api::namespaced(context.client.clone(), config_namespace);
+    if job.spec.pull_secrets.is_empty() {
+        // Nothing to mirror; only let go of mirrors an edit left behind.
+        let mirrors = list_mirrors(&mirrors_api).await?;
+        apply(&mirrors_api, secrets::release(&key, &mirrors)).await?;
+        return Ok(Vec::new());
+    }
+    ensure_namespace(context, config_namespace).await?;
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let sources_api: Api<Secret> = Api::namespaced(context.client.clone(), &namespace);
+    let mut sources = Vec::new();
+    for name in &job.spec.pull_secrets {
+        match sources_api
+            .get_opt(name)
+            .await
+            .map_err(failed("read a pull secret"))?
+        {
+            Some(secret) => sources.push(secret),
+            None => {
+                tracing::warn!(job = %key, secret = %name, "pull secret not found: pulling without it");
+            }
+        }
+    }
+    let mirrors = list_mirrors(&mirrors_api).await?;
+    let mut suffix = || format!("{:06x}", random() & 0xff_ffff);
+    let (writes, refs) =
+        secrets::plan_mirrors(&key, &sources, &mirrors, config_namespace, &mut suffix);
+    apply(&mirrors_api, writes).await?;
+    Ok(refs)
+}
+
+async fn list_mirrors(api: &Api<Secret>) -> Result<Vec<Secret>, Error> {
+    let listed = api
+        .list(&ListParams::default())
+        .await
+        .or_else(|error| {
+            if is_not_found(&error) {
+                Ok(kube::core::ObjectList {
+                    types: kube::core::TypeMeta::default(),
+                    metadata: kube::core::ListMeta::default(),
+                    items: Vec::new(),
+                })
+            } else {
+                Err(error)
+            }
+        })
+        .map_err(failed("list the mirrored pull secrets"))?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(secrets::SOURCE_KEY_ANNOTATION))
+        })
+        .collect())
+}
+
+async fn apply(api: &Api<Secret>, writes: Vec<MirrorWrite>) -> Result<(), Error> {
+    for write in writes {
+        let result = match &write {
+            MirrorWrite::Create(secret) => {
+                api.create(&PostParams::default(), secret).await.map(drop)
+            }
+            MirrorWrite::Replace(secret) => api
+                .replace(&secret.name_any(), &PostParams::default(), secret)
+                .await
+                .map(drop),
+            MirrorWrite::Delete(name) => api.delete(name, &DeleteParams::default()).await.map(drop),
+        };
+        match result {
+            Ok(()) => {}
+            // Another job's round wrote the same mirror: planned again next round.
+            Err(error) if is_conflict(&error) || is_not_found(&error) => {}
+            Err(error) => return Err(failed("write a mirrored pull secret")(error)),
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_namespace(context: &Context, name: &str) -> Result<(), Error> {
+    let api: Api<Namespace> = Api::all(context.client.clone());
+    if api
+        .get_metadata_opt(name)
+        .await
+        .map_err(failed("read the agents' config namespace"))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(name.to_owned());
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(error) if is_already_exists(&error) => Ok(()),
+        Err(error) => Err(failed("create the agents' config namespace")(error)),
+    }
+}
+
+/// Lets go of the job's mirrors (and, once it is deleted, of its tags),
+/// then drops its finalizer.
+async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Result<(), Error> {
+    let key = job_key(&job.metadata);
+    let mirrors_api: Api<Secret> =
+        Api::namespaced(context.client.clone(), &context.options.config_namespace);
+    let mirrors = list_mirrors(&mirrors_api).await?;
+    apply(&mirrors_api, secrets::release(&key, &mirrors)).await?;
+    if deleted {
+        let node_images = list_node_images(context).await?;
+        release_from(context, job, &node_images, None).await?;
+    }
+    if !job::needs_finalizer(job) {
+        let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.retain(|f| f != DELETION_PROTECTION_FINALIZER);
+        write_finalizers(context, job, finalizers).await?;
+    }
+    Ok(())
+}
+
+async fn write_finalizers(
+    context: &Context,
+    job: &ImagePullJob,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let api: Api<ImagePullJob> =
+        Api::namespaced(context.client.clone(), &job.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {
+        "resourceVersion": job.metadata.resource_version,
+        "finalizers": finalizers,
+    }});
+    match api
+        .patch(
+            &job.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(failed("write the job's finalizers")(error)),
+    }
+}
+
+/// The whole status, replaced on the version it was planned on (a merge
+/// patch could not take `active` back to 0 or empty `failedNodes`).
+async fn write_status(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
+    let api: Api<ImagePullJob> =
+        Api::namespaced(context.client.clone(), &job.namespace().unwrap_or_default());
+    match api
+        .replace_status(&job.name_any(), &PostParams::default(), job)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(failed("write the job's status")(error)),
+    }
+}
+
+async fn delete(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
+    let api: Api<ImagePullJob> =
+        Api::namespaced(context.client.clone(), &job.namespace().unwrap_or_default());
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: job.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&job.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(error) if is_not_found(&error) || is_conflict(&error) => Ok(()),
+        Err(error) => Err(failed("delete the finished job")(error)),
+    }
+}

@@ -1,0 +1,73 @@
+//! The NodeImage and ImagePullJob controllers of kruise-manager.
+//!
+//! - [`nodeimage`]: one NodeImage per Ready node (named after it, its
+//!   labels the node's, deleted with it), its spec cleaned of tags whose
+//!   jobs are gone or whose TTL passed, and a watchdog that fails the tags
+//!   a node never answered for.
+//! - [`job`]: each ImagePullJob writes its tag into its target NodeImages,
+//!   never more than `parallelism` nodes pulling at once, mirrors its pull
+//!   secrets for the node agents, keeps its status, and is deleted after
+//!   its TTL.
+//!
+//! The node agent does the pulls and reports in the NodeImage's status.
+//! Both controllers read what they decide on fresh, and every decision is
+//! `kruise_core::imagepull`'s.
+
+pub mod job;
+pub mod nodeimage;
+
+use std::time::Duration;
+
+use kruise_core::imagepull::nodeimage::DEFAULT_CREATION_DELAY;
+use kruise_core::imagepull::secrets::DEFAULT_CONFIG_NAMESPACE;
+use kube::Client;
+
+/// What an operator may set (OpenKruise's flags and environment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// How long a node is Ready before its NodeImage is made
+    /// (`--nodeimage-creation-delay`).
+    pub creation_delay: Duration,
+    /// Where pull secrets are mirrored for the agents
+    /// (`KRUISE_DAEMON_CONFIG_NS`).
+    pub config_namespace: String,
+    /// Extra TTL of an Always job's tags, in seconds
+    /// (`--default-ttlseconds-for-always-nodeimage`).
+    pub extra_always_ttl: i32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            creation_delay: DEFAULT_CREATION_DELAY,
+            config_namespace: DEFAULT_CONFIG_NAMESPACE.to_owned(),
+            extra_always_ttl: 0,
+        }
+    }
+}
+
+/// Runs both controllers until the task is dropped.
+pub async fn run(client: Client, options: Options) {
+    futures::join!(
+        nodeimage::run(client.clone(), options.clone()),
+        job::run(client, options),
+    );
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct Error {
+    action: &'static str,
+    source: kube::Error,
+}
+
+fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error { action, source }
+}
+
+/// A random number, for names and TTL spreads (no extra crate: the std
+/// hasher is seeded at random).
+fn random() -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::RandomState::new().hash_one(0u8)
+}
