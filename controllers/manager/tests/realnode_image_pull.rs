@@ -1,0 +1,156 @@
+//! End to end on a real node (kubelet on Debian's containerd, a local
+//! registry): an ImagePullJob makes an image the node lacks appear in
+//! containerd's image store, checked through CRI, and a missing tag fails
+//! after its retries with the registry's answer.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use kruise_api::{ImagePullJob, NodeImage};
+use kruise_devcluster::realnode::RealNode;
+use kruise_devcluster::wait::wait_for;
+use kruise_manager::agents::NodeAgents;
+use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kruise_node_agent::cri::CriRuntime;
+use kruise_node_agent::runtime::ContainerRuntime;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn create_job(client: &Client, name: &str, image: &str, node: &str) {
+    let job: ImagePullJob = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "image": image,
+            "selector": {"names": [node]},
+            "pullPolicy": {"timeoutSeconds": 60, "backoffLimit": 1},
+            "completionPolicy": {"type": "Always"},
+        },
+    }))
+    .unwrap();
+    Api::<ImagePullJob>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+}
+
+async fn finished(client: &Client, name: &str) -> ImagePullJob {
+    let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), "default");
+    let started = Instant::now();
+    loop {
+        let job = jobs.get(name).await.unwrap();
+        if job
+            .status
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some())
+        {
+            return job;
+        }
+        assert!(
+            started.elapsed() < JOB_TIMEOUT,
+            "{name} did not finish: {:#?}",
+            job.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_pull_job_pulls_through_cri_on_the_real_node() {
+    let mut environment = DevEnvironment::start(DevOptions {
+        sim_nodes: 0,
+        ..DevOptions::default()
+    })
+    .await
+    .unwrap();
+    let Some(node) = RealNode::start_or_skip(&environment.cluster).await else {
+        return;
+    };
+    let client = environment.client();
+    environment.agents = NodeAgents::start(
+        &client,
+        &[],
+        Some((node.name.as_str(), node.containerd_socket.as_path())),
+    )
+    .await
+    .unwrap();
+    let cri = CriRuntime::connect(Some(&node.containerd_socket))
+        .await
+        .unwrap();
+    let wanted = node.images.v2.clone();
+    assert_eq!(
+        cri.image_id(&wanted).await.unwrap(),
+        None,
+        "a fresh node does not have {wanted} yet"
+    );
+    let images: Api<NodeImage> = Api::all(client.clone());
+    wait_for(&images, &node.name, "the real node's NodeImage", |_| {
+        Some(())
+    })
+    .await;
+
+    create_job(&client, "pull-v2", &wanted, &node.name).await;
+    let job = finished(&client, "pull-v2").await;
+    let status = job.status.unwrap();
+    assert_eq!(
+        (status.desired, status.succeeded, status.failed),
+        (1, 1, 0),
+        "{status:#?}"
+    );
+    let id = cri.image_id(&wanted).await.unwrap();
+    assert!(
+        id.as_deref().is_some_and(|id| id.starts_with("sha256:")),
+        "{id:?}"
+    );
+    let reported = images.get(&node.name).await.unwrap();
+    let tag = &reported.status.unwrap().image_statuses
+        [&format!("{}/kruise-devcluster/test", node.registry)]
+        .tags[0];
+    assert_eq!(
+        tag.image_id,
+        Some(format!(
+            "{}/kruise-devcluster/test@{}",
+            node.registry,
+            id.unwrap()
+        ))
+    );
+
+    // A tag the registry lacks: two attempts (backoffLimit 1), then failed
+    // with the runtime's answer.
+    let missing = format!("{}/kruise-devcluster/test:no-such-tag", node.registry);
+    let started = Instant::now();
+    create_job(&client, "pull-missing", &missing, &node.name).await;
+    let job = finished(&client, "pull-missing").await;
+    let status = job.status.unwrap();
+    assert_eq!(
+        (status.desired, status.succeeded, status.failed),
+        (1, 0, 1),
+        "{status:#?}"
+    );
+    assert_eq!(status.failed_nodes, [node.name.clone()]);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "a retry after a pause"
+    );
+    let reported = images.get(&node.name).await.unwrap();
+    let failed = reported.status.unwrap().image_statuses
+        [&format!("{}/kruise-devcluster/test", node.registry)]
+        .tags
+        .iter()
+        .find(|t| t.tag == "no-such-tag")
+        .cloned()
+        .unwrap();
+    let message = failed.message.unwrap_or_default();
+    assert!(message.contains("not found"), "{message}");
+    assert_eq!(cri.image_id(&missing).await.unwrap(), None);
+    environment.agents.stop();
+    let mut node = node;
+    let left = node.stop().await;
+    assert!(left.is_empty(), "the real node left {left:?}");
+    environment.shutdown().await;
+}
