@@ -18,7 +18,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
-const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+const JOB_TIMEOUT: Duration = Duration::from_mins(2);
 
 async fn create_job(client: &Client, name: &str, image: &str, node: &str) {
     let job: ImagePullJob = serde_json::from_value(json!({
@@ -132,7 +132,7 @@ async fn an_image_pull_job_pulls_through_cri_on_the_real_node() {
         (1, 0, 1),
         "{status:#?}"
     );
-    assert_eq!(status.failed_nodes, [node.name.clone()]);
+    assert_eq!(status.failed_nodes, std::slice::from_ref(&node.name));
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "a retry after a pause"
