@@ -22,16 +22,9 @@ use crate::{CONTROLLER_NAME, Context, RESYNC, request_key};
 /// Writes in one round at most; the rest waits for the next round.
 const STEPS_PER_ROUND: usize = 8;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{action}: {source}")]
-pub struct Error {
-    action: &'static str,
-    source: kube::Error,
-}
-
-fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error { action, source }
-}
+/// A read or write the round could not do; retried with backoff.
+pub use kruise_controller_runtime::api_error::ApiFailure as Error;
+use kruise_controller_runtime::api_error::failed;
 
 pub(crate) async fn reconcile(
     cached: Arc<Stored<ContainerRecreateRequest>>,

@@ -54,16 +54,9 @@ pub async fn run(client: Client, options: Options) {
     );
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{action}: {source}")]
-pub struct Error {
-    action: &'static str,
-    source: kube::Error,
-}
-
-fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error { action, source }
-}
+/// A read or write the round could not do; retried with backoff.
+pub use kruise_controller_runtime::api_error::ApiFailure as Error;
+use kruise_controller_runtime::api_error::failed;
 
 /// A random number, for names and TTL spreads (no extra crate: the std
 /// hasher is seeded at random).

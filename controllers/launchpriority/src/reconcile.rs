@@ -21,17 +21,9 @@ use crate::{CONTROLLER_NAME, Context, RESYNC, pod_key};
 /// by a fresh read and plan; anything left waits for the next round.
 const PLANS_PER_ROUND: usize = 3;
 
-/// A read or write the round could not do; the pod is retried with backoff.
-#[derive(Debug, thiserror::Error)]
-#[error("{action}: {source}")]
-pub struct Error {
-    action: &'static str,
-    source: kube::Error,
-}
-
-fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error { action, source }
-}
+/// A read or write the round could not do; retried with backoff.
+pub use kruise_controller_runtime::api_error::ApiFailure as Error;
+use kruise_controller_runtime::api_error::failed;
 
 pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
     // Most pods are not gated, or done: decided from the watch cache alone.

@@ -21,12 +21,10 @@ use kruise_api::containerrecreaterequest::ContainerRecreateRequestPhase as Phase
 use kruise_core::cloneset::container_status;
 use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode};
 use kruise_devcluster::wait::wait_for;
-use kruise_manager::agents::NodeAgents;
-use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use support::{completed, examples, kubectl};
+use support::{completed, examples, kubectl, real_node_environment};
 
 const RECREATE_TIMEOUT: Duration = Duration::from_mins(2);
 
@@ -95,23 +93,10 @@ fn all_succeeded(request: &ContainerRecreateRequest) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containers_are_recreated_through_cri_in_the_same_pod() {
-    let mut environment = DevEnvironment::start(DevOptions {
-        sim_nodes: 0,
-        ..DevOptions::default()
-    })
-    .await
-    .unwrap();
-    let Some(node) = RealNode::start_or_skip(&environment.cluster).await else {
+    let Some((mut environment, node)) = real_node_environment().await else {
         return;
     };
     let client = environment.client();
-    environment.agents = NodeAgents::start(
-        &client,
-        &[],
-        Some((node.name.as_str(), node.containerd_socket.as_path())),
-    )
-    .await
-    .unwrap();
     let image = node.images.v1.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let requests: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), "default");

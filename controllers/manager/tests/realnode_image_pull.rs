@@ -5,18 +5,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use kruise_api::{ImagePullJob, NodeImage};
-use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::wait::wait_for;
-use kruise_manager::agents::NodeAgents;
-use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_node_agent::cri::CriRuntime;
 use kruise_node_agent::runtime::ContainerRuntime;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
+use support::real_node_environment;
 
 const JOB_TIMEOUT: Duration = Duration::from_mins(2);
 
@@ -62,23 +62,10 @@ async fn finished(client: &Client, name: &str) -> ImagePullJob {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_pull_job_pulls_through_cri_on_the_real_node() {
-    let mut environment = DevEnvironment::start(DevOptions {
-        sim_nodes: 0,
-        ..DevOptions::default()
-    })
-    .await
-    .unwrap();
-    let Some(node) = RealNode::start_or_skip(&environment.cluster).await else {
+    let Some((mut environment, node)) = real_node_environment().await else {
         return;
     };
     let client = environment.client();
-    environment.agents = NodeAgents::start(
-        &client,
-        &[],
-        Some((node.name.as_str(), node.containerd_socket.as_path())),
-    )
-    .await
-    .unwrap();
     let cri = CriRuntime::connect(Some(&node.containerd_socket))
         .await
         .unwrap();

@@ -8,14 +8,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use k8s_openapi::api::core::v1::Pod;
 use kruise_core::cloneset::{container_status, has_ready_condition};
-use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode};
+use kruise_devcluster::realnode::REAL_NODE_LABEL;
 use kruise_devcluster::wait::wait_for;
-use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
+use support::real_node_environment;
 
 fn running(pod: &Pod, name: &str) -> bool {
     container_status(pod, name)
@@ -24,13 +26,7 @@ fn running(pod: &Pod, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_containers_are_created_one_after_another_by_kubelet() {
-    let mut environment = DevEnvironment::start(DevOptions {
-        sim_nodes: 0,
-        ..DevOptions::default()
-    })
-    .await
-    .unwrap();
-    let Some(node) = RealNode::start_or_skip(&environment.cluster).await else {
+    let Some((mut environment, node)) = real_node_environment().await else {
         return;
     };
     let (node_name, image) = (node.name.clone(), node.images.v1.clone());

@@ -19,3 +19,17 @@ pub fn is_already_exists(error: &kube::Error) -> bool {
 fn has_code(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == code)
 }
+
+/// An API call a reconcile round could not make, and what it was for
+/// (`read the pod: ...`); the round is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct ApiFailure {
+    pub action: &'static str,
+    pub source: kube::Error,
+}
+
+/// `.map_err(failed("read the pod"))`.
+pub fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> ApiFailure {
+    move |source| ApiFailure { action, source }
+}

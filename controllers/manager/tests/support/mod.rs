@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use kruise_api::ContainerRecreateRequest;
 use kruise_api::containerrecreaterequest::ContainerRecreateRequestPhase;
+use kruise_devcluster::realnode::RealNode;
+use kruise_manager::agents::NodeAgents;
+use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
 
 pub fn examples() -> PathBuf {
@@ -54,4 +57,25 @@ pub async fn completed(
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// The dev environment with no simulated nodes and a real node whose
+/// agent runs on its containerd; `None` (after `SKIPPED: ...`) on a
+/// machine that cannot host a real node.
+pub async fn real_node_environment() -> Option<(DevEnvironment, RealNode)> {
+    let mut environment = DevEnvironment::start(DevOptions {
+        sim_nodes: 0,
+        ..DevOptions::default()
+    })
+    .await
+    .expect("the dev environment starts");
+    let node = RealNode::start_or_skip(&environment.cluster).await?;
+    environment.agents = NodeAgents::start(
+        &environment.client(),
+        &[],
+        Some((node.name.as_str(), node.containerd_socket.as_path())),
+    )
+    .await
+    .expect("the real node's agent starts");
+    Some((environment, node))
 }
