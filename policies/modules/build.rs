@@ -19,6 +19,7 @@ const POLICIES: &[(&str, &str)] = &[
     ("kruise-validate-sidecarset", "validate-sidecarset"),
     ("kruise-validate-cloneset", "validate-cloneset"),
     ("kruise-mutate-crr", "mutate-crr"),
+    ("kruise-mutate-imagepull", "mutate-imagepull"),
     ("kruise-bench-add-label", "add-label"),
 ];
 

@@ -12,8 +12,8 @@ use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_policy_modules::{
-    LAUNCH_PRIORITY, MUTATE_CRR, SIDECARSET, VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION,
-    VALIDATE_SIDECARSET,
+    LAUNCH_PRIORITY, MUTATE_CRR, MUTATE_IMAGEPULL, SIDECARSET, VALIDATE_CLONESET,
+    VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
 };
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
@@ -136,7 +136,15 @@ impl DevEnvironment {
             ],
         );
         webhook::register(&client, &validation).await?;
-        webhook::register(&client, &webhook::crr_webhook(url, ca, MUTATE_CRR.name)).await?;
+        let mutation = webhook::mutating_webhooks(
+            url,
+            ca,
+            &[
+                (MUTATE_CRR.name, &["containerrecreaterequests"]),
+                (MUTATE_IMAGEPULL.name, &["imagepulljobs", "nodeimages"]),
+            ],
+        );
+        webhook::register(&client, &mutation).await?;
         wait_for_pod_webhook(&client).await?;
         Ok(environment)
     }
@@ -204,6 +212,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         VALIDATE_SIDECARSET,
         VALIDATE_CLONESET,
         MUTATE_CRR,
+        MUTATE_IMAGEPULL,
     ] {
         write(&format!("{}.wasm", module.name), module.wasm)?;
     }
@@ -249,6 +258,11 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
                 {"apiVersion": "v1", "kind": "Node"},
             ],
             "hostCapabilities": ["kubernetes/*"],
+            "settings": {},
+        },
+        MUTATE_IMAGEPULL.name: {
+            "module": format!("{}.wasm", MUTATE_IMAGEPULL.name),
+            "allowedToMutate": true,
             "settings": {},
         },
     });

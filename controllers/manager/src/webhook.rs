@@ -95,37 +95,44 @@ pub fn validating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &str
     })
 }
 
-pub const CRR_WEBHOOK: &str = "kruise-wasm-crr-webhook";
+pub const CR_MUTATING_WEBHOOK: &str = "kruise-wasm-mutating-webhook";
 
-/// OpenKruise's ContainerRecreateRequest webhook: CREATE and UPDATE of
-/// `containerrecreaterequests` sent to `/validate/<policy>`, where the host
-/// answers with the policy's mutation (the policy is allowed to mutate).
-pub fn crr_webhook(base_url: &str, ca_pem: &str, policy: &str) -> Value {
+/// The webhooks that default (and check) our custom resources, one per
+/// policy: CREATE and UPDATE of its resources go to `/validate/<policy>`,
+/// where the host answers with the policy's mutation (the policy is
+/// allowed to mutate). Fail: a ContainerRecreateRequest stored without its
+/// pod-uid and node-name labels would never reach a node agent, a job
+/// without its finalizer would leave mirrored secrets behind.
+pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str])]) -> Value {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let webhooks: Vec<Value> = policies
+        .iter()
+        .map(|(policy, resources)| {
+            json!({
+                "name": format!("{policy}.kruise-wasm.io"),
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "url": format!("{base_url}/validate/{policy}"),
+                    "caBundle": ca_bundle,
+                },
+                "rules": [{
+                    "apiGroups": ["apps.kruise.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": resources,
+                }],
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "timeoutSeconds": 10,
+                "reinvocationPolicy": "Never",
+            })
+        })
+        .collect();
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": CRR_WEBHOOK},
-        "webhooks": [{
-            "name": "containerrecreaterequests.kruise-wasm.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {
-                "url": format!("{base_url}/validate/{policy}"),
-                "caBundle": ca_bundle,
-            },
-            "rules": [{
-                "apiGroups": ["apps.kruise.io"],
-                "apiVersions": ["v1alpha1"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["containerrecreaterequests"],
-            }],
-            // Fail: a request stored without its pod-uid and node-name
-            // labels would never be seen by the node agent.
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "timeoutSeconds": 10,
-            "reinvocationPolicy": "Never",
-        }],
+        "metadata": {"name": CR_MUTATING_WEBHOOK},
+        "webhooks": webhooks,
     })
 }
 

@@ -51,6 +51,7 @@ async fn image_pull_jobs_on_simulated_nodes() {
         .expect("the dev environment starts");
     let client = env.client();
     every_node_gets_a_node_image_with_its_labels(&client, &env.nodes.names).await;
+    a_bad_job_is_refused_naming_the_field(&client).await;
     let job = parallelism_is_never_exceeded(&client).await;
     the_columns_show_the_counts(&env, &job);
     a_never_job_picks_up_a_new_node(&mut env).await;
@@ -81,6 +82,21 @@ async fn every_node_gets_a_node_image_with_its_labels(client: &Client, names: &[
         )
         .await;
     }
+}
+
+async fn a_bad_job_is_refused_naming_the_field(client: &Client) {
+    let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), "default");
+    let mut bad = users_job();
+    bad.metadata.name = Some("half".to_owned());
+    bad.spec.parallelism =
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("50%".to_owned()));
+    let error = jobs.create(&PostParams::default(), &bad).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("spec.parallelism: Invalid value"),
+        "{message}"
+    );
+    assert!(jobs.get_opt("half").await.unwrap().is_none());
 }
 
 async fn parallelism_is_never_exceeded(client: &Client) -> ImagePullJob {

@@ -11,9 +11,11 @@
 //!   retries, folding its workers' reports into the status.
 //! - [`secrets`]: mirrored pull secrets and the credentials in them.
 //! - [`reference`]: image references, normalised as Docker does.
+//! - [`validation`]: admission of ImagePullJobs and NodeImages.
 
 pub mod job;
 pub mod nodeimage;
 pub mod puller;
 pub mod reference;
 pub mod secrets;
+pub mod validation;

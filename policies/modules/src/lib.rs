@@ -51,6 +51,13 @@ pub const MUTATE_CRR: PolicyModule = PolicyModule {
     wasm: include_bytes!(concat!(env!("OUT_DIR"), "/mutate-crr.wasm")),
 };
 
+/// OpenKruise's ImagePullJob and NodeImage webhooks: defaulting and
+/// validation of both kinds.
+pub const MUTATE_IMAGEPULL: PolicyModule = PolicyModule {
+    name: "mutate-imagepull",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/mutate-imagepull.wasm")),
+};
+
 /// Adds the label its settings name: not a product policy but the webhook
 /// host benchmark's subject, the work policy-server was measured with.
 /// Not in [`ALL`], so not exported or deployed.
@@ -70,4 +77,5 @@ pub const ALL: &[PolicyModule] = &[
     VALIDATE_SIDECARSET,
     VALIDATE_CLONESET,
     MUTATE_CRR,
+    MUTATE_IMAGEPULL,
 ];
