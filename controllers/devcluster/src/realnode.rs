@@ -58,7 +58,7 @@ pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
 pub enum RealNodeError {
     /// Something the real node needs is not installed.
     #[error(
-        "the real node needs {missing}; install with: apt-get install -y containerd runc docker-registry skopeo umoci busybox-static"
+        "the real node needs {missing}; install with: apt-get install -y containerd runc docker-registry skopeo umoci busybox-static apache2-utils"
     )]
     Missing { missing: String },
     /// containerd is installed but does not run on this machine.
@@ -87,6 +87,17 @@ impl RealNodeError {
     }
 }
 
+/// The registry of [`RealNode::start_auth_registry`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthRegistry {
+    /// `127.0.0.1:<port>`.
+    pub address: String,
+    /// The test image there, pullable with the credentials only.
+    pub image: String,
+    pub username: String,
+    pub password: String,
+}
+
 /// A running real node. Stops everything it started when dropped.
 pub struct RealNode {
     /// The Node's name (`real-node-<pid>`).
@@ -103,6 +114,7 @@ pub struct RealNode {
     kubelet: Option<Component>,
     containerd: Option<Component>,
     registry_process: Option<Component>,
+    auth_registry: Option<Component>,
     /// containerd's directories outside `work_dir` that did not exist
     /// before: removed on stop once empty.
     runtime_dirs: Vec<PathBuf>,
@@ -143,6 +155,7 @@ impl RealNode {
             kubelet: None,
             containerd: None,
             registry_process: None,
+            auth_registry: None,
             runtime_dirs: teardown::missing_runtime_dirs(),
             client: cluster.client(),
             stopped: false,
@@ -162,13 +175,63 @@ impl RealNode {
         Ok(node)
     }
 
+    /// Starts a second registry that asks for a user name and password
+    /// (basic auth, an `htpasswd` file made with Debian's `apache2-utils`)
+    /// and copies the test image `v2` into it, for pulls with credentials.
+    /// containerd reaches it as it does the node's registry: plain HTTP on
+    /// loopback.
+    pub async fn start_auth_registry(&mut self) -> Result<AuthRegistry, RealNodeError> {
+        let htpasswd_tool = find_on_path("htpasswd").ok_or_else(|| RealNodeError::Missing {
+            missing: "`htpasswd` (Debian package apache2-utils)".to_owned(),
+        })?;
+        let (username, password) = ("kruise", "pull-secret-of-the-dev-cluster");
+        let line = run(
+            &htpasswd_tool.display().to_string(),
+            &["-Bbn", username, password],
+        )
+        .await
+        .map_err(RealNodeError::Setup)?;
+        let file = self.work_dir.join("auth-registry.htpasswd");
+        write(&file, &line)?;
+        let (process, address) = registry::start_with_auth(&self.work_dir, &file).await?;
+        self.auth_registry = Some(process);
+        let image = format!("{address}/private/test:v2");
+        let credentials = format!("{username}:{password}");
+        run(
+            "skopeo",
+            &[
+                "--insecure-policy",
+                "copy",
+                "--src-tls-verify=false",
+                "--dest-tls-verify=false",
+                "--dest-creds",
+                &credentials,
+                &format!("docker://{}", self.images.v2),
+                &format!("docker://{image}"),
+            ],
+        )
+        .await
+        .map_err(RealNodeError::Images)?;
+        Ok(AuthRegistry {
+            address,
+            image,
+            username: username.to_owned(),
+            password: password.to_owned(),
+        })
+    }
+
     /// The process ids of kubelet, containerd and the registry.
     pub fn pids(&self) -> Vec<(&'static str, u32)> {
-        [&self.kubelet, &self.containerd, &self.registry_process]
-            .into_iter()
-            .flatten()
-            .map(|c| (c.name, c.pid()))
-            .collect()
+        [
+            &self.kubelet,
+            &self.containerd,
+            &self.registry_process,
+            &self.auth_registry,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|c| (c.name, c.pid()))
+        .collect()
     }
 
     /// Where a component's log is: `kubelet`, `containerd` or `registry`.
@@ -193,7 +256,10 @@ impl RealNode {
             teardown::terminate(&mut containerd).await;
         }
         teardown::kill_shims(&self.work_dir).await;
-        if let Some(mut registry) = self.registry_process.take() {
+        for mut registry in [self.registry_process.take(), self.auth_registry.take()]
+            .into_iter()
+            .flatten()
+        {
             teardown::terminate(&mut registry).await;
         }
         teardown::unmount_all(&self.work_dir).await;

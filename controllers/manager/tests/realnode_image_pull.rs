@@ -9,8 +9,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Secret;
 use kruise_api::{ImagePullJob, NodeImage};
-use kruise_devcluster::wait::wait_for;
+use kruise_devcluster::realnode::{AuthRegistry, RealNode};
+use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_node_agent::cri::CriRuntime;
 use kruise_node_agent::runtime::ContainerRuntime;
 use kube::api::PostParams;
@@ -21,6 +23,16 @@ use support::real_node_environment;
 const JOB_TIMEOUT: Duration = Duration::from_mins(2);
 
 async fn create_job(client: &Client, name: &str, image: &str, node: &str) {
+    create_job_with_secrets(client, name, image, node, &[]).await;
+}
+
+async fn create_job_with_secrets(
+    client: &Client,
+    name: &str,
+    image: &str,
+    node: &str,
+    secrets: &[&str],
+) {
     let job: ImagePullJob = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "ImagePullJob",
@@ -30,6 +42,7 @@ async fn create_job(client: &Client, name: &str, image: &str, node: &str) {
             "selector": {"names": [node]},
             "pullPolicy": {"timeoutSeconds": 60, "backoffLimit": 1},
             "completionPolicy": {"type": "Always"},
+            "pullSecrets": secrets,
         },
     }))
     .unwrap();
@@ -135,9 +148,69 @@ async fn an_image_pull_job_pulls_through_cri_on_the_real_node() {
     let message = failed.message.unwrap_or_default();
     assert!(message.contains("not found"), "{message}");
     assert_eq!(cri.image_id(&missing).await.unwrap(), None);
-    environment.agents.stop();
+
     let mut node = node;
+    with_credentials(&client, &cri, &mut node).await;
+    environment.agents.stop();
     let left = node.stop().await;
     assert!(left.is_empty(), "the real node left {left:?}");
     environment.shutdown().await;
+}
+
+/// An image behind basic auth: refused without the job's secret, pulled
+/// with it (the mirror in kruise-daemon-config carries the credentials to
+/// the agent, and goes once the job is done).
+async fn with_credentials(client: &Client, cri: &CriRuntime, node: &mut RealNode) {
+    let registry = node.start_auth_registry().await.unwrap();
+    create_job(client, "private-anonymous", &registry.image, &node.name).await;
+    let status = finished(client, "private-anonymous").await.status.unwrap();
+    assert_eq!((status.succeeded, status.failed), (0, 1), "{status:#?}");
+    let message = tag_message(client, node, &registry).await;
+    assert!(message.contains("401 Unauthorized"), "{message}");
+    assert_eq!(cri.image_id(&registry.image).await.unwrap(), None);
+
+    let config = json!({"auths": {registry.address.clone(): {
+        "username": registry.username, "password": registry.password,
+    }}});
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry-creds", "namespace": "default"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config.to_string()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    create_job_with_secrets(
+        client,
+        "private",
+        &registry.image,
+        &node.name,
+        &["registry-creds"],
+    )
+    .await;
+    let status = finished(client, "private").await.status.unwrap();
+    assert_eq!((status.succeeded, status.failed), (1, 0), "{status:#?}");
+    let id = cri.image_id(&registry.image).await.unwrap();
+    assert!(id.is_some(), "{} is in containerd's store", registry.image);
+    let mirrors: Api<Secret> = Api::namespaced(client.clone(), "kruise-daemon-config");
+    eventually("the finished job let go of its mirrored secret", || {
+        let mirrors = mirrors.clone();
+        async move {
+            let listed = mirrors.list(&kube::api::ListParams::default()).await.ok()?;
+            listed.items.is_empty().then_some(())
+        }
+    })
+    .await;
+}
+
+async fn tag_message(client: &Client, node: &RealNode, registry: &AuthRegistry) -> String {
+    let images: Api<NodeImage> = Api::all(client.clone());
+    let status = images.get(&node.name).await.unwrap().status.unwrap();
+    let name = format!("{}/private/test", registry.address);
+    status.image_statuses[&name].tags[0]
+        .message
+        .clone()
+        .unwrap_or_default()
 }
