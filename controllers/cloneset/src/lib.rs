@@ -5,6 +5,7 @@
 //! planner what to do, performs exactly those writes, and records status.
 
 mod execute;
+mod predownload;
 mod reconcile;
 
 use std::sync::Arc;

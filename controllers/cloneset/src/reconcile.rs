@@ -112,6 +112,8 @@ async fn reconcile_cloneset(
         }
     }
 
+    crate::predownload::sync(client, cloneset, &revision_plan.revisions).await?;
+
     let now = Timestamp::now();
     let input = PlanInput {
         cloneset,

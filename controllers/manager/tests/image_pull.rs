@@ -11,8 +11,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
-use kruise_api::{ImagePullJob, NodeImage};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kruise_api::{CloneSet, ImagePullJob, NodeImage};
 use kruise_core::imagepull::job::{TargetState, classify, job_image};
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
@@ -54,6 +54,7 @@ async fn image_pull_jobs_on_simulated_nodes() {
     a_bad_job_is_refused_naming_the_field(&client).await;
     let job = parallelism_is_never_exceeded(&client).await;
     the_columns_show_the_counts(&env, &job);
+    an_in_place_rollout_pulls_the_new_image_first(&client).await;
     a_never_job_picks_up_a_new_node(&mut env).await;
     env.shutdown().await;
 }
@@ -198,6 +199,108 @@ fn the_columns_show_the_counts(env: &DevEnvironment, job: &ImagePullJob) {
         .map(|h| cell(&nodes, h))
         .collect();
     assert_eq!(cells, ["1", "", "1", ""], "{nodes}");
+}
+
+/// A CloneSet held at its partition gets its new image pulled on the
+/// nodes of its pods before any pod is updated; the job goes once the
+/// rollout is over.
+async fn an_in_place_rollout_pulls_the_new_image_first(client: &Client) {
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let cloneset: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": "web", "annotations": {"apps.kruise.io/image-predownload-parallelism": "2"}},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": "nginx:1.24"}]},
+            },
+            "updateStrategy": {"type": "InPlaceIfPossible", "partition": 4},
+        },
+    }))
+    .unwrap();
+    clonesets
+        .create(&PostParams::default(), &cloneset)
+        .await
+        .unwrap();
+    wait_for(&clonesets, "web", "4 ready pods", |cs| {
+        cs.status
+            .as_ref()
+            .is_some_and(|s| s.ready_replicas == 4)
+            .then_some(())
+    })
+    .await;
+    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.25"}]}}}});
+    clonesets
+        .patch("web", &PatchParams::default(), &Patch::Merge(image))
+        .await
+        .unwrap();
+    let update = wait_for(&clonesets, "web", "a new update revision", |cs| {
+        let status = cs.status.as_ref()?;
+        (status.update_revision != status.current_revision)
+            .then(|| status.update_revision.clone())
+            .flatten()
+    })
+    .await;
+    let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), "default");
+    let job_name = format!("{update}-app");
+    let job = wait_for(&jobs, &job_name, "the pre-download job completes", |job| {
+        job.status
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some())
+            .then(|| job.clone())
+    })
+    .await;
+    let on_nodes: std::collections::BTreeSet<String> = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    let status = job.status.unwrap();
+    assert_eq!(job.spec.image, "nginx:1.25");
+    assert_eq!(
+        (status.desired, status.succeeded),
+        (
+            i32::try_from(on_nodes.len()).unwrap(),
+            i32::try_from(on_nodes.len()).unwrap()
+        ),
+        "pulled on every node of the pods: {on_nodes:?}"
+    );
+    let updated = pods
+        .list(&ListParams::default().labels(&format!("app=web,controller-revision-hash={update}")))
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert_eq!(updated, 0, "no pod updated before the image is everywhere");
+    // Release the partition: the pods update in place, then the job goes.
+    let release = json!({"spec": {"updateStrategy": {"partition": 0}}});
+    clonesets
+        .patch("web", &PatchParams::default(), &Patch::Merge(release))
+        .await
+        .unwrap();
+    wait_for(&clonesets, "web", "every pod updated", |cs| {
+        let status = cs.status.as_ref()?;
+        (status.updated_ready_replicas == 4 && status.current_revision == status.update_revision)
+            .then_some(())
+    })
+    .await;
+    eventually("the pre-download job is gone", || {
+        let jobs = jobs.clone();
+        let name = job_name.clone();
+        async move { jobs.get_opt(&name).await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+    clonesets
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 async fn a_never_job_picks_up_a_new_node(env: &mut DevEnvironment) {

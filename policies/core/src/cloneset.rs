@@ -23,6 +23,7 @@ mod lifecycle;
 pub mod new_pod;
 mod plan;
 mod pod_state;
+pub mod predownload;
 pub mod progress;
 pub mod revision;
 mod scale;
