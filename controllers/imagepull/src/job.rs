@@ -18,7 +18,9 @@ use kruise_api::imagepulljob::CompletionPolicyType;
 use kruise_api::imagepulljob::DELETION_PROTECTION_FINALIZER;
 use kruise_api::nodeimage::ReferenceObject;
 use kruise_api::{ImagePullJob, NodeImage, Stored};
-use kruise_controller_runtime::api_error::{is_already_exists, is_conflict, is_not_found};
+use kruise_controller_runtime::api_error::{
+    is_already_exists, is_conflict, is_not_found, unless_raced,
+};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
 use kruise_controller_runtime::{metrics, outcome};
@@ -301,14 +303,10 @@ async fn release_from(
 }
 
 async fn replace_node_image(api: &Api<NodeImage>, image: &NodeImage) -> Result<(), Error> {
-    match api
+    let written = api
         .replace(&image.name_any(), &PostParams::default(), image)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
-        Err(error) => Err(failed("write a NodeImage")(error)),
-    }
+        .await;
+    unless_raced(written, "write a NodeImage")
 }
 
 /// Mirrors the job's pull secrets into the agents' namespace and returns
@@ -450,18 +448,14 @@ async fn write_finalizers(
         "resourceVersion": job.metadata.resource_version,
         "finalizers": finalizers,
     }});
-    match api
+    let written = api
         .patch(
             &job.name_any(),
             &PatchParams::default(),
             &Patch::Merge(patch),
         )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
-        Err(error) => Err(failed("write the job's finalizers")(error)),
-    }
+        .await;
+    unless_raced(written, "write the job's finalizers")
 }
 
 /// The whole status, replaced on the version it was planned on (a merge
@@ -469,14 +463,10 @@ async fn write_finalizers(
 async fn write_status(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
     let api: Api<ImagePullJob> =
         Api::namespaced(context.client.clone(), &job.namespace().unwrap_or_default());
-    match api
+    let written = api
         .replace_status(&job.name_any(), &PostParams::default(), job)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
-        Err(error) => Err(failed("write the job's status")(error)),
-    }
+        .await;
+    unless_raced(written, "write the job's status")
 }
 
 async fn delete(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
@@ -489,9 +479,6 @@ async fn delete(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
         }),
         ..DeleteParams::default()
     };
-    match api.delete(&job.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(error) if is_not_found(&error) || is_conflict(&error) => Ok(()),
-        Err(error) => Err(failed("delete the finished job")(error)),
-    }
+    let deleted = api.delete(&job.name_any(), &params).await;
+    unless_raced(deleted, "delete the finished job")
 }

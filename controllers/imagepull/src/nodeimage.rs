@@ -11,7 +11,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{ImagePullJob, NodeImage, Stored};
-use kruise_controller_runtime::api_error::{is_already_exists, is_conflict, is_not_found};
+use kruise_controller_runtime::api_error::{
+    is_already_exists, is_conflict, is_not_found, unless_raced,
+};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::{metrics, outcome};
 use kruise_core::imagepull::nodeimage::{Lifecycle, Referents, housekeep, lifecycle, watchdog};
@@ -150,25 +152,18 @@ async fn tend(
         image.metadata.labels = Some(labels);
         image.spec = spec;
         let name = image.name_any();
-        match images.replace(&name, &PostParams::default(), &image).await {
-            Ok(_) => {}
-            Err(error) if is_conflict(&error) || is_not_found(&error) => {}
-            Err(error) => return Err(failed("clean the NodeImage's spec")(error)),
-        }
+        let written = images.replace(&name, &PostParams::default(), &image).await;
+        unless_raced(written, "clean the NodeImage's spec")?;
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let (status, deadline) = watchdog(&image, now);
     if let Some(status) = status {
         image.status = Some(status);
         let name = image.name_any();
-        match images
+        let written = images
             .replace_status(&name, &PostParams::default(), &image)
-            .await
-        {
-            Ok(_) => {}
-            Err(error) if is_conflict(&error) || is_not_found(&error) => {}
-            Err(error) => return Err(failed("write the NodeImage's status")(error)),
-        }
+            .await;
+        unless_raced(written, "write the NodeImage's status")?;
     }
     let next = [cleaned.requeue, deadline]
         .into_iter()

@@ -68,23 +68,17 @@ pub fn validating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &str
     let webhooks: Vec<Value> = policies
         .iter()
         .map(|(policy, resource)| {
-            json!({
-                "name": format!("{resource}.kruise-wasm.io"),
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": {
-                    "url": format!("{base_url}/validate/{policy}"),
-                    "caBundle": ca_bundle,
-                },
-                "rules": [{
-                    "apiGroups": ["apps.kruise.io"],
-                    "apiVersions": ["v1alpha1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": [resource],
-                }],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 10,
-            })
+            let url = format!("{base_url}/validate/{policy}");
+            let mut webhook = kind_webhook(
+                &format!("{resource}.kruise-wasm.io"),
+                &url,
+                &ca_bundle,
+                &[resource],
+            );
+            if let Some(fields) = webhook.as_object_mut() {
+                fields.remove("reinvocationPolicy");
+            }
+            webhook
         })
         .collect();
     json!({
@@ -108,24 +102,13 @@ pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str
     let webhooks: Vec<Value> = policies
         .iter()
         .map(|(policy, resources)| {
-            json!({
-                "name": format!("{policy}.kruise-wasm.io"),
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": {
-                    "url": format!("{base_url}/validate/{policy}"),
-                    "caBundle": ca_bundle,
-                },
-                "rules": [{
-                    "apiGroups": ["apps.kruise.io"],
-                    "apiVersions": ["v1alpha1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": resources,
-                }],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 10,
-                "reinvocationPolicy": "Never",
-            })
+            let url = format!("{base_url}/validate/{policy}");
+            kind_webhook(
+                &format!("{policy}.kruise-wasm.io"),
+                &url,
+                &ca_bundle,
+                resources,
+            )
         })
         .collect();
     json!({
@@ -133,6 +116,26 @@ pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": CR_MUTATING_WEBHOOK},
         "webhooks": webhooks,
+    })
+}
+
+/// One webhook sending CREATE and UPDATE of our `resources` to `url`,
+/// failing closed.
+fn kind_webhook(name: &str, url: &str, ca_bundle: &str, resources: &[&str]) -> Value {
+    json!({
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"url": url, "caBundle": ca_bundle},
+        "rules": [{
+            "apiGroups": ["apps.kruise.io"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": resources,
+        }],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+        "reinvocationPolicy": "Never",
     })
 }
 

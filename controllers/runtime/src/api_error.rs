@@ -33,3 +33,18 @@ pub struct ApiFailure {
 pub fn failed(action: &'static str) -> impl FnOnce(kube::Error) -> ApiFailure {
     move |source| ApiFailure { action, source }
 }
+
+/// A write's result where losing a race is no failure: a conflict (someone
+/// wrote first) or a missing object (deleted meanwhile) is `Ok`, and the
+/// next round plans again from what is there; anything else fails with
+/// `action`.
+pub fn unless_raced<T>(
+    result: Result<T, kube::Error>,
+    action: &'static str,
+) -> Result<(), ApiFailure> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(failed(action)(error)),
+    }
+}
