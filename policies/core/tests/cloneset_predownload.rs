@@ -10,7 +10,7 @@ use kruise_core::cloneset::Revisions;
 use kruise_core::cloneset::predownload::{PARALLELISM_ANNOTATION, Predownload, plan};
 use serde_json::json;
 
-fn cloneset(annotations: serde_json::Value, strategy: &str, replicas: i32) -> CloneSet {
+fn cloneset(annotations: &serde_json::Value, strategy: &str, replicas: i32) -> CloneSet {
     serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "CloneSet",
@@ -57,7 +57,11 @@ fn rolling() -> Revisions {
 
 #[test]
 fn one_job_per_changed_image_for_the_pods_not_yet_updated() {
-    let cs = cloneset(json!({PARALLELISM_ANNOTATION: "2"}), "InPlaceIfPossible", 5);
+    let cs = cloneset(
+        &json!({PARALLELISM_ANNOTATION: "2"}),
+        "InPlaceIfPossible",
+        5,
+    );
     let Predownload::Jobs(jobs) = plan(&cs, &rolling(), 0) else {
         panic!("jobs expected");
     };
@@ -115,7 +119,7 @@ fn one_job_per_changed_image_for_the_pods_not_yet_updated() {
 #[test]
 fn a_timeout_annotation_is_used() {
     let cs = cloneset(
-        json!({PARALLELISM_ANNOTATION: "1", "apps.kruise.io/image-predownload-timeout-seconds": "60"}),
+        &json!({PARALLELISM_ANNOTATION: "1", "apps.kruise.io/image-predownload-timeout-seconds": "60"}),
         "InPlaceOnly",
         4,
     );
@@ -132,12 +136,16 @@ fn a_timeout_annotation_is_used() {
 fn off_unless_asked_and_worth_it_done_when_converged() {
     let asked = json!({PARALLELISM_ANNOTATION: "2"});
     assert_eq!(
-        plan(&cloneset(json!({}), "InPlaceIfPossible", 5), &rolling(), 0),
+        plan(&cloneset(&json!({}), "InPlaceIfPossible", 5), &rolling(), 0),
         Predownload::Off
     );
     assert_eq!(
         plan(
-            &cloneset(json!({PARALLELISM_ANNOTATION: "0"}), "InPlaceIfPossible", 5),
+            &cloneset(
+                &json!({PARALLELISM_ANNOTATION: "0"}),
+                "InPlaceIfPossible",
+                5
+            ),
             &rolling(),
             0
         ),
@@ -145,26 +153,26 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
     );
     assert_eq!(
         plan(
-            &cloneset(json!({PARALLELISM_ANNOTATION: "x"}), "InPlaceIfPossible", 5),
+            &cloneset(
+                &json!({PARALLELISM_ANNOTATION: "x"}),
+                "InPlaceIfPossible",
+                5
+            ),
             &rolling(),
             0
         ),
         Predownload::Off
     );
     assert_eq!(
-        plan(&cloneset(asked.clone(), "ReCreate", 5), &rolling(), 0),
+        plan(&cloneset(&asked, "ReCreate", 5), &rolling(), 0),
         Predownload::Off
     );
     assert_eq!(
-        plan(
-            &cloneset(asked.clone(), "InPlaceIfPossible", 3),
-            &rolling(),
-            0
-        ),
+        plan(&cloneset(&asked, "InPlaceIfPossible", 3), &rolling(), 0),
         Predownload::Off
     );
     let waiting = cloneset(
-        json!({PARALLELISM_ANNOTATION: "2", "apps.kruise.io/image-predownload-min-updated-ready-pods": "2"}),
+        &json!({PARALLELISM_ANNOTATION: "2", "apps.kruise.io/image-predownload-min-updated-ready-pods": "2"}),
         "InPlaceIfPossible",
         5,
     );
@@ -176,7 +184,7 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
     let mut converged = rolling();
     converged.current = converged.update.clone();
     assert_eq!(
-        plan(&cloneset(asked, "InPlaceIfPossible", 5), &converged, 0),
+        plan(&cloneset(&asked, "InPlaceIfPossible", 5), &converged, 0),
         Predownload::Done
     );
 }

@@ -10,13 +10,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use kruise_api::ContainerRecreateRequest;
 use kruise_api::KruiseObject;
 use kruise_api::containerrecreaterequest::{
     ContainerRecreateRequestContainer, ContainerRecreateRequestContainerContext, NODE_NAME_LABEL,
     POD_UID_LABEL, ProbeHandler, UNREADY_ACQUIRED_KEY,
 };
+
+use crate::cloneset::container_status;
 
 /// The shortest `activeDeadlineSeconds` OpenKruise accepts.
 pub const MIN_ACTIVE_DEADLINE_SECONDS: i64 = 3;
@@ -366,13 +368,4 @@ fn is_init_container(pod: &Pod, name: &str) -> bool {
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|init| init.iter().any(|c| c.name == name))
-}
-
-fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|s| s.name == name)
 }
