@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::json;
@@ -110,6 +110,9 @@ impl DevCluster {
         )?;
         let apiserver_args = cluster.apiserver_args(&etcd_url, apiserver);
         cluster.spawn("kube-apiserver", &apiserver_args)?;
+        // kube-controller-manager exits when it cannot read this ConfigMap
+        // at start: on a busy machine it can come up before the API server.
+        cluster.wait_serving().await?;
         let kubeconfig = cluster.kubeconfig.display().to_string();
         let client_flags = |port: u16| {
             vec![
@@ -202,6 +205,37 @@ impl DevCluster {
 
     /// Ready means: the API answers and the controller-manager has made the
     /// `default` ServiceAccount that pods need.
+    /// Waits until the API server serves and has published the
+    /// `extension-apiserver-authentication` ConfigMap its clients read.
+    async fn wait_serving(&mut self) -> Result<(), StartError> {
+        let started = Instant::now();
+        let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        let mut last = String::from("not asked yet");
+        while started.elapsed() < READY_DEADLINE {
+            for component in &mut self.components {
+                if let Some(message) = component.exited() {
+                    return Err(StartError::Component(message));
+                }
+            }
+            match config_maps
+                .get_opt("extension-apiserver-authentication")
+                .await
+            {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => {
+                    "no extension-apiserver-authentication ConfigMap yet".clone_into(&mut last);
+                }
+                Err(error) => last = error.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(StartError::NotReady {
+            seconds: READY_DEADLINE.as_secs(),
+            last,
+            logs: self.work_dir.display().to_string(),
+        })
+    }
+
     async fn wait_ready(&mut self) -> Result<(), StartError> {
         let started = Instant::now();
         let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), "default");
