@@ -10,6 +10,7 @@ pub mod launch_priority;
 mod names;
 pub mod owner;
 pub mod pod_readiness;
+pub mod quantity;
 pub mod resourcedistribution;
 pub mod selector;
 pub mod sidecarset;

@@ -17,15 +17,16 @@
 //!   [`InjectionContext::random_draw`] (the core has no randomness).
 //! * Hot-upgrade twins always get our `SIDECARSET_VERSION(_ALT)` env, even
 //!   if the sidecar defined one.
-//! * `resourcesPolicy` (OpenKruise v1.9) is not implemented: a sidecar
-//!   using it is an [`InjectionError::ResourcesPolicyUnsupported`] rather
-//!   than a sidecar silently injected without its computed resources.
+//! * A malformed number in a `resourcesPolicy` expression (`2x`) is an
+//!   error; OpenKruise's calculator reads it as 0.
 
 mod annotations;
 mod containers;
 mod hash;
 mod matching;
 mod pod_merge;
+mod resource_expr;
+mod resources;
 mod revision;
 pub mod update;
 pub mod validation;
@@ -131,12 +132,11 @@ pub enum InjectionError {
         sidecar_set: String,
         partition: String,
     },
-    #[error(
-        "SidecarSet {sidecar_set}: container {container:?} sets resourcesPolicy, which this implementation does not support yet"
-    )]
-    ResourcesPolicyUnsupported {
+    #[error("SidecarSet {sidecar_set}: container {container:?}: resourcesPolicy: {message}")]
+    ResourcesPolicy {
         sidecar_set: String,
         container: String,
+        message: String,
     },
     #[error(
         "SidecarSet {sidecar_set}: the Partial revision policy with a percentage partition needs a random draw (InjectionContext::random_draw)"
@@ -173,14 +173,13 @@ pub fn inject(pod: &Pod, ctx: &InjectionContext<'_>) -> Result<Injection, Inject
         return Ok(unchanged());
     }
 
-    containers::check_supported(&selected)?;
     let mut pod_annotations = pod.metadata.annotations.clone().unwrap_or_default();
     for sidecar_set in &selected {
         annotations::patch_pod_metadata(&mut pod_annotations, sidecar_set)?;
     }
     // Sources (shared volumes, transferred env) are read from the pod as it
     // came in, not from the partly built result.
-    let built = containers::build(pod, &selected);
+    let built = containers::build(pod, &selected)?;
     pod_merge::check_conflicts(&built)?;
     let mut out = pod.clone();
     if built.emitted_anything() {

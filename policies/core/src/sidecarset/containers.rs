@@ -12,7 +12,7 @@ use kruise_api::SidecarSet;
 use kruise_api::sidecarset::{PodInjectPolicy, ShareVolumePolicy, SidecarContainer};
 
 use super::annotations::{INJECTED_ENV, version_alt_annotation, version_annotation};
-use super::{InjectionError, sidecar_set_name};
+use super::{InjectionError, resources, sidecar_set_name};
 use crate::selector::is_qualified_name;
 
 const VERSION_ENV: &str = "SIDECARSET_VERSION";
@@ -80,33 +80,43 @@ impl Shared {
     }
 }
 
-/// Refuse what cannot be injected faithfully: `resourcesPolicy` needs
-/// OpenKruise's resource expression calculator, which we do not have.
-pub(super) fn check_supported(selected: &[SidecarSet]) -> Result<(), InjectionError> {
-    for sidecar_set in selected {
-        let spec = &sidecar_set.spec;
-        let mut sidecars = spec.init_containers.iter().chain(&spec.containers);
-        if let Some(sidecar) = sidecars.find(|s| s.resources_policy.is_some()) {
-            return Err(InjectionError::ResourcesPolicyUnsupported {
-                sidecar_set: sidecar_set_name(sidecar_set).to_owned(),
-                container: sidecar.name().to_owned(),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// Build the injected containers of every selected SidecarSet, in order.
-pub(super) fn build(pod: &Pod, selected: &[SidecarSet]) -> Built {
+pub(super) fn build(pod: &Pod, selected: &[SidecarSet]) -> Result<Built, InjectionError> {
     let shared = Shared::of(pod);
+    let injected = injected_names(selected);
     let mut built = Built::default();
     for sidecar_set in selected {
-        build_one(sidecar_set, pod, &shared, &mut built);
+        let sources = Sources {
+            pod,
+            shared: &shared,
+            injected: &injected,
+        };
+        build_one(sidecar_set, &sources, &mut built)?;
     }
-    built
+    Ok(built)
 }
 
-fn build_one(sidecar_set: &SidecarSet, pod: &Pod, shared: &Shared, built: &mut Built) {
+/// What every sidecar is prepared from: the pod as submitted, what its app
+/// containers share, and the names of all containers being injected.
+struct Sources<'a> {
+    pod: &'a Pod,
+    shared: &'a Shared,
+    injected: &'a BTreeSet<&'a str>,
+}
+
+fn injected_names(selected: &[SidecarSet]) -> BTreeSet<&str> {
+    selected
+        .iter()
+        .flat_map(|s| s.spec.init_containers.iter().chain(&s.spec.containers))
+        .map(SidecarContainer::name)
+        .collect()
+}
+
+fn build_one(
+    sidecar_set: &SidecarSet,
+    sources: &Sources<'_>,
+    built: &mut Built,
+) -> Result<(), InjectionError> {
     let name = sidecar_set_name(sidecar_set);
     let spec = &sidecar_set.spec;
     let volumes: BTreeMap<&str, &Volume> =
@@ -120,7 +130,7 @@ fn build_one(sidecar_set: &SidecarSet, pod: &Pod, shared: &Shared, built: &mut B
         }
         queue_volumes(&sidecar.container, &volumes, &mut built.volumes);
         let hot = sidecar.is_native_sidecar() && sidecar.is_hot_upgrade();
-        let container = prepare(sidecar, pod, shared);
+        let container = prepare(sidecar, sources, name)?;
         emit(
             sidecar,
             container,
@@ -136,7 +146,7 @@ fn build_one(sidecar_set: &SidecarSet, pod: &Pod, shared: &Shared, built: &mut B
     for sidecar in &spec.containers {
         sidecar_list.insert(sidecar.name().to_owned());
         queue_volumes(&sidecar.container, &volumes, &mut built.volumes);
-        let container = prepare(sidecar, pod, shared);
+        let container = prepare(sidecar, sources, name)?;
         let hot = sidecar.is_hot_upgrade();
         emit(
             sidecar,
@@ -152,6 +162,7 @@ fn build_one(sidecar_set: &SidecarSet, pod: &Pod, shared: &Shared, built: &mut B
             .sidecar_lists
             .insert(name.to_owned(), sidecar_list.into_iter().collect());
     }
+    Ok(())
 }
 
 /// The SidecarSet volumes a sidecar mounts or uses as devices; names the
@@ -204,13 +215,28 @@ fn emit(
     }
 }
 
-/// The sidecar as injected: own mounts then shared ones, own env then
-/// `IS_INJECTED=true` then transferred and subPathExpr env, own devices then
-/// shared ones.
-fn prepare(sidecar: &SidecarContainer, pod: &Pod, shared: &Shared) -> Container {
+/// The sidecar as injected: resources from its `resourcesPolicy`, own
+/// mounts then shared ones, own env then `IS_INJECTED=true` then
+/// transferred and subPathExpr env, own devices then shared ones.
+fn prepare(
+    sidecar: &SidecarContainer,
+    sources: &Sources<'_>,
+    sidecar_set: &str,
+) -> Result<Container, InjectionError> {
+    let (pod, shared) = (sources.pod, sources.shared);
     let share_mounts = ShareVolumePolicy::is_enabled(sidecar.share_volume_policy.as_ref());
     let share_devices = ShareVolumePolicy::is_enabled(sidecar.share_volume_device_policy.as_ref());
     let mut container = sidecar.container.clone();
+    if let Some(policy) = &sidecar.resources_policy {
+        let resources = resources::compute(policy, pod, sources.injected).map_err(|message| {
+            InjectionError::ResourcesPolicy {
+                sidecar_set: sidecar_set.to_owned(),
+                container: sidecar.name().to_owned(),
+                message,
+            }
+        })?;
+        container.resources = Some(resources);
+    }
 
     let subpath_envs = if share_mounts {
         shared.subpath_envs.as_slice()
@@ -257,7 +283,7 @@ fn prepare(sidecar: &SidecarContainer, pod: &Pod, shared: &Shared) -> Container 
             taken,
         );
     }
-    container
+    Ok(container)
 }
 
 fn paths<'a>(items: impl Iterator<Item = &'a String>) -> BTreeSet<String> {
@@ -721,7 +747,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let prepared = prepare(&sidecar, &pod, &Shared::of(&pod));
+        let prepared = prepare_alone(&sidecar, &pod);
         let devices: Vec<_> = prepared
             .volume_devices
             .unwrap()
@@ -735,6 +761,17 @@ mod tests {
         );
     }
 
+    fn prepare_alone(sidecar: &SidecarContainer, pod: &Pod) -> Container {
+        let shared = Shared::of(pod);
+        let injected = BTreeSet::from([sidecar.name()]);
+        let sources = Sources {
+            pod,
+            shared: &shared,
+            injected: &injected,
+        };
+        prepare(sidecar, &sources, "set").unwrap()
+    }
+
     #[test]
     fn is_injected_is_not_duplicated() {
         let sidecar = SidecarContainer {
@@ -746,7 +783,7 @@ mod tests {
             ..Default::default()
         };
         let pod = pod_with(&[], &[], vec![main_with_test_env()]);
-        let prepared = prepare(&sidecar, &pod, &Shared::of(&pod));
+        let prepared = prepare_alone(&sidecar, &pod);
         assert_eq!(
             prepared.env.unwrap(),
             vec![env(INJECTED_ENV, "true"), env("X", "1")]

@@ -8,9 +8,7 @@
 //!
 //! Not checked yet: the `patchPodMetadata` whitelist (OpenKruise reads it
 //! from its `kruise-configuration` ConfigMap) and the deeper pod validation
-//! of each container (ports, probes, resources). `resourcesPolicy` is
-//! refused until injection supports it, so that such a SidecarSet is turned
-//! away at the door instead of failing the pods it selects.
+//! of each container (ports, probes, resources).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,7 +22,7 @@ use kruise_api::sidecarset::{
 };
 
 use super::matching::{BASE_ANNOTATION, CANARY_ANNOTATION, canary_base};
-use super::{revision, sidecar_set_name};
+use super::{resources, revision, sidecar_set_name};
 use crate::names::dns_label_error;
 use crate::selector;
 pub use crate::validation::Violation;
@@ -216,12 +214,7 @@ fn check_containers(
                     "Invalid value: a native sidecar (restartPolicy: Always) cannot be upgraded in place; use updateStrategy.type NotUpdate",
                 ));
             }
-            if sidecar.resources_policy.is_some() {
-                out.push(Violation::new(
-                    format!("{field}.resourcesPolicy"),
-                    "Forbidden: resourcesPolicy is not supported by kruise-wasm yet",
-                ));
-            }
+            resources::check(sidecar, &field, list == "initContainers", out);
             check_transfer_env(sidecar, &field, out);
         }
     }
