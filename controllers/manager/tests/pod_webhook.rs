@@ -35,7 +35,8 @@ async fn wait_until_injecting(pods: &Api<Pod>, pod: &Pod) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let created = pods.create(&dry_run, pod).await.unwrap();
-        if created.spec.unwrap().containers.len() > 1 {
+        let own = pod.spec.as_ref().map_or(0, |s| s.containers.len());
+        if created.spec.unwrap().containers.len() > own {
             return;
         }
         assert!(
@@ -138,6 +139,82 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
     assert!(!annotations.contains_key("kruise.io/sidecarset-hash"));
 
     resource_distributions_are_validated(&kubeconfig);
+    sidecars_are_sized_by_their_resources_policy(&kubeconfig, &pods).await;
+}
+
+/// A SidecarSet with `resourcesPolicy` passes the API server's schema and
+/// our validating module; a pod it selects gets the computed resources; a
+/// policy with a broken expression is refused naming the field.
+async fn sidecars_are_sized_by_their_resources_policy(kubeconfig: &Path, pods: &Api<Pod>) {
+    let sized = write_temp(&sidecar_set_with_policy(
+        "sized",
+        "sized",
+        &json!({"targetContainersMode": "sum", "resourcesExpr": {
+            "limits": {"cpu": "max(cpu*50%, 50m)"}, "requests": {"memory": "memory*20%"},
+        }}),
+    ));
+    kubectl(kubeconfig, &["apply", "-f", sized.to_str().unwrap()]);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "sized", "labels": {"app": "sized"}},
+        "spec": {"containers": [
+            {"name": "a", "image": "busybox", "resources": {"limits": {"cpu": "300m"}, "requests": {"memory": "100Mi"}}},
+            {"name": "b", "image": "busybox", "resources": {"limits": {"cpu": "500m"}, "requests": {"memory": "400Mi"}}},
+        ]},
+    }))
+    .unwrap();
+    wait_until_injecting(pods, &pod).await;
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let spec = created.spec.unwrap();
+    let proxy = spec
+        .containers
+        .iter()
+        .find(|c| c.name == "sized-proxy")
+        .unwrap();
+    let resources = serde_json::to_value(proxy.resources.as_ref().unwrap()).unwrap();
+    // (300m + 500m) * 50% = 400m; (100Mi + 400Mi) * 20% = 100Mi; then the
+    // API server defaults the cpu request to the limit, as for any container.
+    assert_eq!(
+        resources,
+        json!({"limits": {"cpu": "400m"}, "requests": {"cpu": "400m", "memory": "100Mi"}})
+    );
+
+    let broken = write_temp(&sidecar_set_with_policy(
+        "sized-broken",
+        "other",
+        &json!({"targetContainersMode": "max", "resourcesExpr": {"limits": {"cpu": "cpu +"}}}),
+    ));
+    let refused = kubectl_output(kubeconfig, &["apply", "-f", broken.to_str().unwrap()]);
+    assert!(
+        !refused.status.success(),
+        "a broken expression must be refused"
+    );
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu"),
+        "{message}"
+    );
+    for file in [sized, broken] {
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+fn sidecar_set_with_policy(name: &str, app: &str, policy: &Value) -> Value {
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "containers": [{"name": format!("{name}-proxy"), "image": "busybox", "resourcesPolicy": policy}],
+        },
+    })
+}
+
+/// The object as a JSON file for `kubectl apply -f`.
+fn write_temp(object: &Value) -> std::path::PathBuf {
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let path = std::env::temp_dir().join(format!("{name}-{}.json", std::process::id()));
+    std::fs::write(&path, object.to_string()).unwrap();
+    path
 }
 
 /// The validating module, called by the API server through a real
