@@ -20,6 +20,7 @@ const POLICIES: &[(&str, &str)] = &[
     ("kruise-validate-cloneset", "validate-cloneset"),
     ("kruise-mutate-crr", "mutate-crr"),
     ("kruise-mutate-imagepull", "mutate-imagepull"),
+    ("kruise-mutate-defaults", "mutate-defaults"),
     ("kruise-bench-add-label", "add-label"),
 ];
 

@@ -12,8 +12,8 @@ use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_policy_modules::{
-    LAUNCH_PRIORITY, MUTATE_CRR, MUTATE_IMAGEPULL, SIDECARSET, VALIDATE_CLONESET,
-    VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
+    ALL, LAUNCH_PRIORITY, MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, SIDECARSET,
+    VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
 };
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
@@ -142,6 +142,7 @@ impl DevEnvironment {
             &[
                 (MUTATE_CRR.name, &["containerrecreaterequests"]),
                 (MUTATE_IMAGEPULL.name, &["imagepulljobs", "nodeimages"]),
+                (MUTATE_DEFAULTS.name, &["sidecarsets", "clonesets"]),
             ],
         );
         webhook::register(&client, &mutation).await?;
@@ -205,15 +206,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for module in [
-        SIDECARSET,
-        LAUNCH_PRIORITY,
-        VALIDATE_RESOURCEDISTRIBUTION,
-        VALIDATE_SIDECARSET,
-        VALIDATE_CLONESET,
-        MUTATE_CRR,
-        MUTATE_IMAGEPULL,
-    ] {
+    for module in ALL {
         write(&format!("{}.wasm", module.name), module.wasm)?;
     }
     let policies = json!({
@@ -262,6 +255,11 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         },
         MUTATE_IMAGEPULL.name: {
             "module": format!("{}.wasm", MUTATE_IMAGEPULL.name),
+            "allowedToMutate": true,
+            "settings": {},
+        },
+        MUTATE_DEFAULTS.name: {
+            "module": format!("{}.wasm", MUTATE_DEFAULTS.name),
             "allowedToMutate": true,
             "settings": {},
         },

@@ -1,6 +1,6 @@
 //! End to end on the dev cluster: one bad object costs one refusal, never
 //! the cluster. A SidecarSet with a typo is refused at the door; stored
-//! anyway (with the validating webhook gone, as before it existed), it
+//! anyway (with our kinds' webhooks gone, as before they existed), it
 //! leaves pod creation and the other SidecarSets' upgrades working, and
 //! says why it is skipped. A CloneSet nobody can read likewise costs only
 //! itself.
@@ -16,7 +16,7 @@ use kruise_api::CloneSet;
 use kruise_core::cloneset::{container_status, has_ready_condition};
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
-use kruise_manager::webhook::CR_WEBHOOK;
+use kruise_manager::webhook::{CR_MUTATING_WEBHOOK, CR_WEBHOOK};
 use kube::Api;
 use kube::api::PostParams;
 use support::{examples, kubectl, kubectl_output};
@@ -69,8 +69,8 @@ fn apply_text(kubeconfig: &Path, text: &str) -> std::process::Output {
     applied
 }
 
-/// The validating webhooks refuse both typos, naming the field; with the
-/// webhook removed (as before it existed) the API server's schema alone
+/// The webhooks refuse both typos, naming the field; with our kinds'
+/// webhooks removed (as before they existed) the API server's schema alone
 /// takes it.
 fn apply_typo(kubeconfig: &Path) -> std::process::Output {
     apply_text(kubeconfig, TYPO)
@@ -96,7 +96,16 @@ async fn refuse_then_store_typo(kubeconfig: &Path) {
         kubeconfig,
         &["delete", "validatingwebhookconfiguration", CR_WEBHOOK],
     );
-    eventually("the API server drops the webhook", || async {
+    // The defaulting module refuses what it cannot read as well.
+    kubectl(
+        kubeconfig,
+        &[
+            "delete",
+            "mutatingwebhookconfiguration",
+            CR_MUTATING_WEBHOOK,
+        ],
+    );
+    eventually("the API server drops the webhooks", || async {
         apply_typo(kubeconfig).status.success().then_some(())
     })
     .await;

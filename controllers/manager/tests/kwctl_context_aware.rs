@@ -3,7 +3,7 @@
 //! webhook (it reads the pod and the node) and SidecarSet injection (it
 //! lists SidecarSets and reads namespaces), and every shared validation case
 //! of the CloneSet and SidecarSet validating modules (the latter lists the
-//! cluster's SidecarSets). They are Kubewarden policies, not ones only our
+//! cluster's SidecarSets), and the SidecarSet defaulting module. They are Kubewarden policies, not ones only our
 //! host can run. kwctl is the reference build in ../shared/tools/kubewarden
 //! (or `$KRUISE_KWCTL`); without it the test fails and says where it looked.
 
@@ -19,7 +19,8 @@ use kruise_devcluster::wait::wait_for;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_policy_modules::fixtures::{self, kruise_request, pod_create};
 use kruise_policy_modules::{
-    MUTATE_CRR, MUTATE_IMAGEPULL, PolicyModule, SIDECARSET, VALIDATE_CLONESET, VALIDATE_SIDECARSET,
+    MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, PolicyModule, SIDECARSET, VALIDATE_CLONESET,
+    VALIDATE_SIDECARSET,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -101,7 +102,33 @@ async fn kwctl_runs_our_context_aware_modules_against_the_dev_cluster() {
     validation_cases(&env, &VALIDATE_SIDECARSET, "SidecarSet", "sidecarsets", 20);
     validation_cases(&env, &MUTATE_IMAGEPULL, "ImagePullJob", "imagepulljobs", 15);
     validation_cases(&env, &MUTATE_IMAGEPULL, "NodeImage", "nodeimages", 6);
+    sidecar_set_defaults(&env);
     env.shutdown().await;
+}
+
+/// The defaulting module under kwctl: the user's SidecarSet comes back
+/// defaulted, with the hash annotations of its defaulted spec.
+fn sidecar_set_defaults(env: &DevEnvironment) {
+    let module = env.cluster.work_dir.join("kwctl-mutate-defaults.wasm");
+    std::fs::write(&module, MUTATE_DEFAULTS.wasm).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../policies/fixtures/examples/sidecarset-scs-demo.yaml");
+    let object: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let request = kruise_request("SidecarSet", "sidecarsets", "CREATE", &object, None);
+    let stored = patched(&kwctl_run(env, &module, request), object);
+    assert_eq!(stored["spec"]["updateStrategy"]["type"], "RollingUpdate");
+    let parsed: kruise_api::SidecarSet = serde_json::from_value(stored.clone()).unwrap();
+    let (hash, without_image) = kruise_core::sidecarset::sidecarset_hashes(&parsed.spec);
+    let annotations = &stored["metadata"]["annotations"];
+    assert_eq!(
+        annotations["kruise.io/sidecarset-hash"],
+        hash.as_str(),
+        "{stored:#}"
+    );
+    assert_eq!(
+        annotations["kruise.io/sidecarset-hash-without-image"],
+        without_image.as_str()
+    );
 }
 
 async fn the_crr_webhook(env: &DevEnvironment) {

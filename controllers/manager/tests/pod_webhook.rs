@@ -56,6 +56,20 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
 
     let sidecarset = examples().join("sidecarset-scs-demo.yaml");
     kubectl(&kubeconfig, &["apply", "-f", sidecarset.to_str().unwrap()]);
+    // Stored as OpenKruise stores it: defaulted and hashed at admission.
+    let stored: Value = serde_json::from_str(&kubectl(
+        &kubeconfig,
+        &["get", "sidecarset", "scs-demo", "-o", "json"],
+    ))
+    .unwrap();
+    assert!(
+        stored["metadata"]["annotations"]["kruise.io/sidecarset-hash-without-image"].is_string(),
+        "{stored:#}"
+    );
+    assert_eq!(
+        stored["spec"]["containers"][0]["podInjectPolicy"],
+        "BeforeAppContainer"
+    );
     let test_pod = examples().join("pod-test-pod.yaml");
     let pod: Pod = serde_yaml::from_str(&std::fs::read_to_string(&test_pod).unwrap()).unwrap();
     wait_until_injecting(&pods, &pod).await;

@@ -3,12 +3,14 @@
 //! OpenKruise's SidecarSet mutating webhook stores the defaulted spec, so a
 //! later image-only edit keeps the defaults that came from the old image:
 //! `busybox` defaults `imagePullPolicy: Always`, and patching the image to
-//! `busybox:1.35.0` leaves `Always` in place. Our dev environment has no
-//! SidecarSet webhook, and defaulting on every read would turn that policy
-//! into `IfNotPresent`, change the without-image hash and make every pod
-//! "not upgradable". So the controller writes the defaulted spec back once
-//! (guarded by the resourceVersion it read). The hash annotations are not
-//! stamped: injection and controller both compute them from the spec.
+//! `busybox:1.35.0` leaves `Always` in place. Our `mutate-defaults` module
+//! does the same at admission; a SidecarSet written while it was not there
+//! would, defaulted on every read, turn that policy into `IfNotPresent`,
+//! change the without-image hash and make every pod "not upgradable". So
+//! the controller writes the defaulted spec back once for such a
+//! SidecarSet (guarded by the resourceVersion it read). It stamps no hash
+//! annotations: without them injection and controller both compute the
+//! hashes from the spec.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

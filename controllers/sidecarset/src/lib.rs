@@ -33,11 +33,12 @@
 //! * The SidecarSet hashes are those the injection webhook uses: the stored
 //!   annotations when a SidecarSet webhook stamped them, else computed from
 //!   the spec ([`prepare_stored`](kruise_core::sidecarset::prepare_stored)).
-//! * With no SidecarSet mutating webhook in front of the API server, the
-//!   controller stores the defaulted spec itself, once per user change (see
-//!   the `defaults` module): otherwise an image-only patch such as
-//!   `busybox` → `busybox:1.35.0` would re-default `imagePullPolicy` and
-//!   read as a change that is not image-only.
+//! * A SidecarSet stored without its defaults (written while the
+//!   `mutate-defaults` webhook was not there) gets them stored by the
+//!   controller, once per user change (see the `defaults` module):
+//!   otherwise an image-only patch such as `busybox` → `busybox:1.35.0`
+//!   would re-default `imagePullPolicy` and read as a change that is not
+//!   image-only.
 
 mod defaults;
 mod execute;

@@ -199,6 +199,22 @@ pub struct CloneSetCondition {
     pub message: Option<String>,
 }
 
+impl CloneSet {
+    /// OpenKruise's template defaults: what the API server gives a pod
+    /// spec, for the pod template, and `status.phase: Pending` for each
+    /// volume claim template. OpenKruise applies them on create, and on
+    /// update only when the template changed.
+    pub fn set_template_defaults(&mut self) {
+        if let Some(spec) = &mut self.spec.template.spec {
+            crate::pod_defaults::default_pod_spec(spec);
+        }
+        for claim in &mut self.spec.volume_claim_templates {
+            let status = claim.status.get_or_insert_with(Default::default);
+            status.phase.get_or_insert_with(|| "Pending".to_owned());
+        }
+    }
+}
+
 impl KruiseObject for CloneSet {
     /// OpenKruise's CloneSet defaulting (v1alpha1): replicas 1, 10 revisions
     /// kept, ReCreate, partition 0, maxUnavailable 20%, maxSurge 0, and an

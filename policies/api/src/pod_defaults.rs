@@ -2,10 +2,34 @@
 //! OpenKruise applies them to SidecarSet containers before hashing, so an
 //! unchanged spec written with or without them hashes the same.
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, HTTPGetAction, Probe, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, HTTPGetAction, PodSecurityContext, PodSpec, Probe, Volume,
+};
 
 /// `0644`, the mode of projected files when none is given.
 const DEFAULT_FILE_MODE: i32 = 0o644;
+
+/// What the API server gives a pod spec (Kubernetes' `SetDefaults_PodSpec`
+/// and each container's and volume's defaults), as OpenKruise applies it to
+/// workload templates.
+pub fn default_pod_spec(spec: &mut PodSpec) {
+    spec.dns_policy
+        .get_or_insert_with(|| "ClusterFirst".to_owned());
+    spec.restart_policy
+        .get_or_insert_with(|| "Always".to_owned());
+    spec.security_context
+        .get_or_insert_with(PodSecurityContext::default);
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".to_owned());
+    for volume in spec.volumes.iter_mut().flatten() {
+        default_volume(volume);
+    }
+    let init_containers = spec.init_containers.iter_mut().flatten();
+    for container in init_containers.chain(&mut spec.containers) {
+        default_container(container);
+    }
+}
 
 pub fn default_container(container: &mut Container) {
     container
@@ -109,6 +133,8 @@ pub fn default_volume(volume: &mut Volume) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[test]
@@ -122,6 +148,38 @@ mod tests {
             "IfNotPresent"
         );
         assert_eq!(default_pull_policy("nginx@sha256:abcd"), "IfNotPresent");
+    }
+
+    #[test]
+    fn pod_spec_defaults_fill_only_what_is_missing() {
+        let mut spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "restartPolicy": "Never",
+            "initContainers": [{"name": "i", "image": "busybox"}],
+            "containers": [{"name": "c", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "cm"}}],
+        }))
+        .unwrap();
+        default_pod_spec(&mut spec);
+        assert_eq!(
+            serde_json::to_value(&spec).unwrap(),
+            serde_json::json!({
+                "dnsPolicy": "ClusterFirst",
+                "restartPolicy": "Never",
+                "schedulerName": "default-scheduler",
+                "securityContext": {},
+                "terminationGracePeriodSeconds": 30,
+                "initContainers": [{
+                    "name": "i", "image": "busybox", "imagePullPolicy": "Always",
+                    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                }],
+                "containers": [{
+                    "name": "c", "image": "nginx:1.25", "imagePullPolicy": "IfNotPresent",
+                    "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                }],
+                "volumes": [{"name": "v", "configMap": {"name": "cm", "defaultMode": 420}}],
+            })
+        );
     }
 
     #[test]

@@ -58,6 +58,13 @@ pub const MUTATE_IMAGEPULL: PolicyModule = PolicyModule {
     wasm: include_bytes!(concat!(env!("OUT_DIR"), "/mutate-imagepull.wasm")),
 };
 
+/// OpenKruise's SidecarSet and CloneSet defaulting webhooks (a SidecarSet's
+/// hash annotations too).
+pub const MUTATE_DEFAULTS: PolicyModule = PolicyModule {
+    name: "mutate-defaults",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/mutate-defaults.wasm")),
+};
+
 /// Adds the label its settings name: not a product policy but the webhook
 /// host benchmark's subject, the work policy-server was measured with.
 /// Not in [`ALL`], so not exported or deployed.
@@ -78,4 +85,5 @@ pub const ALL: &[PolicyModule] = &[
     VALIDATE_CLONESET,
     MUTATE_CRR,
     MUTATE_IMAGEPULL,
+    MUTATE_DEFAULTS,
 ];

@@ -54,7 +54,7 @@ fn job(request: &KubernetesAdmissionRequest) -> Outcome {
     if !violations.is_empty() {
         return invalid("ImagePullJob", &name, &violations);
     }
-    mutated(request, &job)
+    Outcome::defaulted(request, &job)
 }
 
 fn node_image(request: &KubernetesAdmissionRequest, now: &Time) -> Outcome {
@@ -69,16 +69,7 @@ fn node_image(request: &KubernetesAdmissionRequest, now: &Time) -> Outcome {
     if !violations.is_empty() {
         return invalid("NodeImage", &name, &violations);
     }
-    mutated(request, &image)
-}
-
-/// The defaulted object, when the defaults changed anything.
-fn mutated<K: serde::Serialize>(request: &KubernetesAdmissionRequest, object: &K) -> Outcome {
-    match serde_json::to_value(object) {
-        Ok(value) if value == request.object => Outcome::Accept,
-        Ok(value) => Outcome::Mutate(value),
-        Err(error) => Outcome::bad_request(format!("cannot write the defaulted object: {error}")),
-    }
+    Outcome::defaulted(request, &image)
 }
 
 /// The `validate` waPC operation at time `now`.

@@ -145,6 +145,18 @@ impl Outcome {
         }
     }
 
+    /// The request's object, defaulted: a mutation only when the defaults
+    /// changed something.
+    pub fn defaulted<K: Serialize>(request: &KubernetesAdmissionRequest, object: &K) -> Self {
+        match serde_json::to_value(object) {
+            Ok(value) if value == request.object => Outcome::Accept,
+            Ok(value) => Outcome::Mutate(value),
+            Err(error) => {
+                Outcome::bad_request(format!("cannot write the defaulted object: {error}"))
+            }
+        }
+    }
+
     /// The response the guest hands to the host (Kubewarden's snake_case
     /// `ValidationResponse`).
     pub fn into_response(self) -> ValidationResponse {
