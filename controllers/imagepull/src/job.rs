@@ -23,6 +23,7 @@ use kruise_controller_runtime::api_error::{
 };
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::random::random_u64;
 use kruise_controller_runtime::{metrics, outcome};
 use kruise_core::imagepull::job::{
     self, Finished, completion_type, job_image, plan, release_tags, select_targets,
@@ -37,7 +38,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::{Error, Options, failed, random};
+use crate::{Error, Options, failed};
 
 pub const CONTROLLER_NAME: &str = "kruise-imagepulljob-controller";
 /// How often a running job is looked at without an event.
@@ -257,7 +258,7 @@ async fn add_tag(
     else {
         return Ok(());
     };
-    let policy = tag_pull_policy(job, random(), context.options.extra_always_ttl);
+    let policy = tag_pull_policy(job, random_u64(), context.options.extra_always_ttl);
     let changed = sync_node_image(
         &mut fresh.spec,
         fresh.status.as_ref(),
@@ -341,7 +342,7 @@ async fn sync_secrets(
         }
     }
     let mirrors = list_mirrors(&mirrors_api).await?;
-    let mut suffix = || format!("{:06x}", random() & 0xff_ffff);
+    let mut suffix = || format!("{:06x}", random_u64() & 0xff_ffff);
     let (writes, refs) =
         secrets::plan_mirrors(&key, &sources, &mirrors, config_namespace, &mut suffix);
     apply(&mirrors_api, writes).await?;

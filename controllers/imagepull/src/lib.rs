@@ -57,10 +57,3 @@ pub async fn run(client: Client, options: Options) {
 /// A read or write the round could not do; retried with backoff.
 pub use kruise_controller_runtime::api_error::ApiFailure as Error;
 use kruise_controller_runtime::api_error::failed;
-
-/// A random number, for names and TTL spreads (no extra crate: the std
-/// hasher is seeded at random).
-fn random() -> u64 {
-    use std::hash::BuildHasher;
-    std::hash::RandomState::new().hash_one(0u8)
-}

@@ -189,10 +189,7 @@ fn fails(rate: f64) -> bool {
     if rate <= 0.0 {
         return false;
     }
-    // The top 53 bits of a random u64, as a fraction in [0, 1).
-    #[allow(clippy::cast_precision_loss)]
-    let draw = (RandomState::new().hash_one(0u8) >> 11) as f64 / (1u64 << 53) as f64;
-    draw < rate
+    kruise_controller_runtime::random::random_unit() < rate
 }
 
 fn statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {

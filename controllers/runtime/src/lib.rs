@@ -1,9 +1,11 @@
 //! What every controller shares, written once: best-effort events, one
 //! retry backoff, the API answers a controller branches on, reconcile
-//! metrics, and how the results of a reconcile stream are logged.
+//! metrics, how the results of a reconcile stream are logged, and random
+//! draws.
 
 pub mod api_error;
 pub mod backoff;
 pub mod events;
 pub mod metrics;
 pub mod outcome;
+pub mod random;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 fn answer(guest: &Guest, request: &Value) -> Value {
     let response = guest.call_json("validate", &validation_request(request, &json!({})));
     let typed = serde_json::from_value(request.clone()).unwrap();
-    let now = kruise_mutate_imagepull::now();
+    let now = kruise_policy_support::clock::now();
     let native = kruise_mutate_imagepull::evaluate(&typed, &now).into_response();
     if response["accepted"] == false {
         // Refusals carry no time: the same answer exactly.

@@ -81,21 +81,9 @@ pub fn validate_payload(payload: &[u8], now: &Time) -> Result<Vec<u8>, String> {
     outcome.into_payload().map_err(|e| e.to_string())
 }
 
-/// Now, to the second (the guest's clock is WASI's).
-pub fn now() -> Time {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    let seconds = i64::try_from(seconds).unwrap_or(i64::MAX);
-    Time(
-        k8s_openapi::jiff::Timestamp::from_second(seconds)
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    )
-}
-
 #[cfg(target_arch = "wasm32")]
 fn validate_now(payload: &[u8]) -> Result<Vec<u8>, String> {
-    validate_payload(payload, &now())
+    validate_payload(payload, &kruise_policy_support::clock::now())
 }
 
 kruise_policy_support::export_policy!(validate: validate_now, validate_settings: validate_settings);

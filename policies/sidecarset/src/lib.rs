@@ -178,40 +178,12 @@ mod guest {
     );
 
     fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
-        let now = crate::clock::now_rfc3339();
+        let now = kruise_policy_support::clock::now_rfc3339();
         let environment = Environment {
             now: &now,
-            random_draw: crate::clock::random_unit(),
+            random_draw: kruise_policy_support::clock::random_unit(),
             cluster: &HostCluster,
         };
         respond(payload, &environment)
-    }
-}
-
-/// The time and randomness the guest takes from WASI.
-pub mod clock {
-    /// Now, to the second, as Kubernetes writes times.
-    pub fn now_rfc3339() -> String {
-        let seconds = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
-        let seconds = i64::try_from(seconds).unwrap_or(i64::MAX);
-        k8s_openapi::jiff::Timestamp::from_second(seconds)
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string()
-    }
-
-    /// A uniform draw from `[0, 1)`; std's hasher keys come from the
-    /// platform's randomness (WASI `random_get` in the policy).
-    pub fn random_unit() -> f64 {
-        use std::hash::{BuildHasher, Hasher};
-        let bits = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish();
-        // 53 random bits fill an f64's mantissa exactly.
-        #[allow(clippy::cast_precision_loss)]
-        let unit = (bits >> 11) as f64 / (1u64 << 53) as f64;
-        unit
     }
 }

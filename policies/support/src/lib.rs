@@ -2,6 +2,7 @@
 //! payload within a size limit, pick out the requests it acts on, and
 //! answer in Kubewarden's response shapes.
 
+pub mod clock;
 pub mod cluster;
 
 use k8s_openapi::api::core::v1::Pod;
