@@ -350,20 +350,10 @@ async fn sync_secrets(
 }
 
 async fn list_mirrors(api: &Api<Secret>) -> Result<Vec<Secret>, Error> {
+    // Listing a namespace that does not exist yet gives an empty list.
     let listed = api
         .list(&ListParams::default())
         .await
-        .or_else(|error| {
-            if is_not_found(&error) {
-                Ok(kube::core::ObjectList {
-                    types: kube::core::TypeMeta::default(),
-                    metadata: kube::core::ListMeta::default(),
-                    items: Vec::new(),
-                })
-            } else {
-                Err(error)
-            }
-        })
         .map_err(failed("list the mirrored pull secrets"))?;
     Ok(listed
         .items

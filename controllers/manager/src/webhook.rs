@@ -69,16 +69,8 @@ pub fn validating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &str
         .iter()
         .map(|(policy, resource)| {
             let url = format!("{base_url}/validate/{policy}");
-            let mut webhook = kind_webhook(
-                &format!("{resource}.kruise-wasm.io"),
-                &url,
-                &ca_bundle,
-                &[resource],
-            );
-            if let Some(fields) = webhook.as_object_mut() {
-                fields.remove("reinvocationPolicy");
-            }
-            webhook
+            let name = format!("{resource}.kruise-wasm.io");
+            kind_webhook(&name, &url, &ca_bundle, &[resource], false)
         })
         .collect();
     json!({
@@ -96,19 +88,16 @@ pub const CR_MUTATING_WEBHOOK: &str = "kruise-wasm-mutating-webhook";
 /// where the host answers with the policy's mutation (the policy is
 /// allowed to mutate). Fail: a ContainerRecreateRequest stored without its
 /// pod-uid and node-name labels would never reach a node agent, a job
-/// without its finalizer would leave mirrored secrets behind.
+/// without its finalizer would leave mirrored secrets behind, a SidecarSet
+/// without its hashes would be hashed differently from OpenKruise.
 pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str])]) -> Value {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let webhooks: Vec<Value> = policies
         .iter()
         .map(|(policy, resources)| {
             let url = format!("{base_url}/validate/{policy}");
-            kind_webhook(
-                &format!("{policy}.kruise-wasm.io"),
-                &url,
-                &ca_bundle,
-                resources,
-            )
+            let name = format!("{policy}.kruise-wasm.io");
+            kind_webhook(&name, &url, &ca_bundle, resources, true)
         })
         .collect();
     json!({
@@ -121,8 +110,14 @@ pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str
 
 /// One webhook sending CREATE and UPDATE of our `resources` to `url`,
 /// failing closed.
-fn kind_webhook(name: &str, url: &str, ca_bundle: &str, resources: &[&str]) -> Value {
-    json!({
+fn kind_webhook(
+    name: &str,
+    url: &str,
+    ca_bundle: &str,
+    resources: &[&str],
+    mutating: bool,
+) -> Value {
+    let mut webhook = json!({
         "name": name,
         "admissionReviewVersions": ["v1"],
         "clientConfig": {"url": url, "caBundle": ca_bundle},
@@ -135,8 +130,12 @@ fn kind_webhook(name: &str, url: &str, ca_bundle: &str, resources: &[&str]) -> V
         "failurePolicy": "Fail",
         "sideEffects": "None",
         "timeoutSeconds": 10,
-        "reinvocationPolicy": "Never",
-    })
+    });
+    if mutating {
+        // Our defaults do not depend on other webhooks' mutations.
+        webhook["reinvocationPolicy"] = json!("Never");
+    }
+    webhook
 }
 
 /// Applies a Mutating- or ValidatingWebhookConfiguration.
