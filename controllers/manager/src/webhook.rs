@@ -89,7 +89,7 @@ pub const CR_MUTATING_WEBHOOK: &str = "kruise-wasm-mutating-webhook";
 /// allowed to mutate). Fail: a ContainerRecreateRequest stored without its
 /// pod-uid and node-name labels would never reach a node agent, a job
 /// without its finalizer would leave mirrored secrets behind, a SidecarSet
-/// without its hashes would be hashed differently from OpenKruise.
+/// stored without its defaults could turn an image-only edit into more.
 pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str])]) -> Value {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let webhooks: Vec<Value> = policies
