@@ -1,6 +1,7 @@
 //! SidecarSet `resourcesPolicy` (OpenKruise v1.9), through injection, case
 //! by case after OpenKruise's `sidecarset_resources_test.go`
-//! (TestApplyResourcesPolicy, TestGetTargetContainers,
+//! (TestApplyResourcesPolicy and TestGetTargetContainers, as the cases of
+//! policies/fixtures/sidecarset/resources-policy.yaml;
 //! TestEvaluateResourceExpression) and its validation after
 //! `sidecarset_resources_policy_test.go` (TestValidateResourcesPolicy).
 
@@ -97,21 +98,6 @@ fn map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn two_apps(first: &str, second: &str) -> Value {
-    json!([
-        app(
-            first,
-            json!({"cpu": "200m", "memory": "200Mi"}),
-            json!({"cpu": "50m", "memory": "100Mi"})
-        ),
-        app(
-            second,
-            json!({"cpu": "400m", "memory": "400Mi"}),
-            json!({"cpu": "100m", "memory": "200Mi"})
-        ),
-    ])
-}
-
 fn policy(mode: &str, regex: &str, limits: Value, requests: Value) -> Value {
     json!({
         "targetContainersMode": mode,
@@ -120,247 +106,53 @@ fn policy(mode: &str, regex: &str, limits: Value, requests: Value) -> Value {
     })
 }
 
-#[test]
-fn sum_mode_with_percentage() {
-    let set = sidecar_set(
-        policy(
-            "sum",
-            ".*",
-            json!({"cpu": "cpu*50%", "memory": "200Mi"}),
-            json!({"cpu": "cpu*50%", "memory": "100Mi"}),
-        ),
-        false,
-    );
-    let sidecar = injected(&pod(json!([]), two_apps("app1", "app2")), &set).unwrap();
-    assert_eq!(
-        resources(&sidecar),
-        (
-            map(&[("cpu", "300m"), ("memory", "200Mi")]),
-            map(&[("cpu", "75m"), ("memory", "100Mi")])
-        )
-    );
+/// One case of policies/fixtures/sidecarset/resources-policy.yaml.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Case {
+    name: String,
+    policy: Value,
+    #[serde(default)]
+    native: bool,
+    #[serde(default)]
+    init_containers: Vec<Value>,
+    containers: Vec<Value>,
+    expected: Option<Value>,
+    expected_error: Option<String>,
+}
+
+fn with_images(containers: Vec<Value>) -> Value {
+    let with_image = |mut c: Value| {
+        c["image"] = json!("app");
+        c
+    };
+    Value::Array(containers.into_iter().map(with_image).collect())
 }
 
 #[test]
-fn max_mode_with_expression() {
-    let set = sidecar_set(
-        policy(
-            "max",
-            "^large.engine.v.*$",
-            json!({"cpu": "max(cpu*50%, 50m)", "memory": "200Mi"}),
-            json!({"cpu": "max(cpu*50%, 50m)", "memory": "100Mi"}),
-        ),
-        false,
-    );
-    let pod = pod(json!([]), two_apps("large.engine.v4", "large.engine.v8"));
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (
-            map(&[("cpu", "200m"), ("memory", "200Mi")]),
-            map(&[("cpu", "50m"), ("memory", "100Mi")])
-        )
-    );
-}
-
-#[test]
-fn the_regex_picks_the_targets() {
-    let set = sidecar_set(
-        policy(
-            "sum",
-            "^large.engine.v4$",
-            json!({"cpu": "max(cpu*50%, 50m)", "memory": "200Mi"}),
-            json!({"cpu": "max(cpu*50%, 50m)", "memory": "100Mi"}),
-        ),
-        false,
-    );
-    let pod = pod(json!([]), two_apps("large.engine.v4", "large.engine.v8"));
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (
-            map(&[("cpu", "100m"), ("memory", "200Mi")]),
-            map(&[("cpu", "50m"), ("memory", "100Mi")])
-        )
-    );
-}
-
-#[test]
-fn no_matching_container_refuses_the_pod() {
-    let set = sidecar_set(
-        policy(
-            "sum",
-            "^nonexistent$",
-            json!({"cpu": "cpu*50%"}),
-            json!(null),
-        ),
-        false,
-    );
-    let pod = pod(
-        json!([]),
-        json!([app("app1", json!({"cpu": "200m"}), json!({}))]),
-    );
-    let error = injected(&pod, &set).unwrap_err();
-    assert!(
-        error.contains("no containers match the regex pattern \"^nonexistent$\""),
-        "{error}"
-    );
-}
-
-#[test]
-fn one_unlimited_container_makes_the_sum_unlimited() {
-    let set = sidecar_set(
-        policy(
-            "sum",
-            ".*",
-            json!({"cpu": "cpu*50%", "memory": "memory*30%"}),
-            json!({"cpu": "cpu*30%", "memory": "memory*20%"}),
-        ),
-        false,
-    );
-    let pod = pod(
-        json!([]),
-        json!([
-            app(
-                "app1",
-                json!({"cpu": "200m", "memory": "200Mi"}),
-                json!({"cpu": "100m", "memory": "100Mi"})
-            ),
-            app(
-                "app2",
-                json!({"memory": "400Mi"}),
-                json!({"cpu": "50m", "memory": "200Mi"})
-            ),
-        ]),
-    );
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (
-            map(&[("memory", "180Mi")]),
-            map(&[("cpu", "45m"), ("memory", "60Mi")])
-        )
-    );
-}
-
-#[test]
-fn one_unlimited_container_makes_the_max_unlimited() {
-    let set = sidecar_set(
-        policy(
-            "max",
-            ".*",
-            json!({"cpu": "cpu*40%", "memory": "memory*30%"}),
-            json!({"cpu": "cpu*25%", "memory": "memory*20%"}),
-        ),
-        false,
-    );
-    let pod = pod(
-        json!([]),
-        json!([
-            app(
-                "app1",
-                json!({"cpu": "200m", "memory": "200Mi"}),
-                json!({"cpu": "100m", "memory": "100Mi"})
-            ),
-            app("app2", json!({"cpu": "400m"}), json!({"cpu": "200m"})),
-        ]),
-    );
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (
-            map(&[("cpu", "160m")]),
-            map(&[("cpu", "50m"), ("memory", "20Mi")])
-        )
-    );
-}
-
-#[test]
-fn a_missing_request_counts_as_zero() {
-    let set = sidecar_set(
-        policy(
-            "sum",
-            ".*",
-            json!({"cpu": "cpu*50%", "memory": "memory*30%"}),
-            json!({"cpu": "cpu*30%", "memory": "memory*20%"}),
-        ),
-        false,
-    );
-    let pod = pod(
-        json!([]),
-        json!([
-            app(
-                "app1",
-                json!({"cpu": "200m", "memory": "200Mi"}),
-                json!({"cpu": "100m", "memory": "100Mi"})
-            ),
-            app("app2", json!({"cpu": "400m", "memory": "400Mi"}), json!({})),
-        ]),
-    );
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (
-            map(&[("cpu", "300m"), ("memory", "180Mi")]),
-            map(&[("cpu", "30m"), ("memory", "20Mi")])
-        )
-    );
-}
-
-#[test]
-fn a_native_sidecar_init_container_is_sized_from_native_sidecars_and_containers() {
-    let set = sidecar_set(
-        policy(
-            "sum",
-            "^app.*$",
-            json!({"cpu": "max(cpu*30%, 50m)", "memory": "max(memory*25%, 100Mi)"}),
-            json!({"cpu": "cpu*20%", "memory": "memory*15%"}),
-        ),
-        true,
-    );
-    let mut native = app(
-        "app1",
-        json!({"cpu": "400m", "memory": "800Mi"}),
-        json!({"cpu": "200m", "memory": "400Mi"}),
-    );
-    native["restartPolicy"] = json!("Always");
-    let plain_init = app(
-        "app0",
-        json!({"cpu": "9", "memory": "9Gi"}),
-        json!({"cpu": "9", "memory": "9Gi"}),
-    );
-    let pod = pod(
-        json!([native, plain_init]),
-        json!([app(
-            "app2",
-            json!({"cpu": "600m", "memory": "1200Mi"}),
-            json!({"cpu": "300m", "memory": "600Mi"})
-        ),]),
-    );
-    // (400m + 600m) * 30% = 300m; (800Mi + 1200Mi) * 25% = 500Mi;
-    // (200m + 300m) * 20% = 100m; (400Mi + 600Mi) * 15% = 150Mi. The plain
-    // init container app0 is not a target.
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (
-            map(&[("cpu", "300m"), ("memory", "500Mi")]),
-            map(&[("cpu", "100m"), ("memory", "150Mi")])
-        )
-    );
-}
-
-#[test]
-fn sidecars_already_in_the_pod_are_not_targets() {
-    let set = sidecar_set(
-        policy("sum", ".*", json!({"cpu": "cpu"}), json!(null)),
-        false,
-    );
-    let pod = pod(
-        json!([]),
-        json!([
-            app("sidecar1", json!({"cpu": "5"}), json!({})),
-            app("app1", json!({"cpu": "200m"}), json!({})),
-        ]),
-    );
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()).0,
-        map(&[("cpu", "200m")])
-    );
+fn resources_policy_cases() {
+    let cases: Vec<Case> = serde_yaml::from_str(include_str!(
+        "../../fixtures/sidecarset/resources-policy.yaml"
+    ))
+    .unwrap();
+    assert!(cases.len() >= 11);
+    for case in cases {
+        let set = sidecar_set(case.policy, case.native);
+        let pod = pod(
+            with_images(case.init_containers),
+            with_images(case.containers),
+        );
+        match (injected(&pod, &set), case.expected, case.expected_error) {
+            (Ok(sidecar), Some(expected), None) => {
+                let resources = serde_json::to_value(sidecar.resources.unwrap()).unwrap();
+                assert_eq!(resources, expected, "{}", case.name);
+            }
+            (Err(error), None, Some(expected)) => {
+                assert!(error.contains(&expected), "{}: {error}", case.name);
+            }
+            (outcome, ..) => panic!("{}: {outcome:?}", case.name),
+        }
+    }
 }
 
 /// TestEvaluateResourceExpression, through a single target container
@@ -404,24 +196,6 @@ fn expressions_evaluate_as_openkruise_does() {
             "{expression} with {resource} {total}"
         );
     }
-}
-
-#[test]
-fn a_request_without_any_target_request_sees_zero() {
-    let set = sidecar_set(
-        policy(
-            "max",
-            ".*",
-            json!(null),
-            json!({"cpu": "cpu*50%", "memory": "max(memory, 64Mi)"}),
-        ),
-        false,
-    );
-    let pod = pod(json!([]), json!([app("app1", json!({}), json!({}))]));
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()),
-        (map(&[]), map(&[("cpu", "0"), ("memory", "64Mi")]))
-    );
 }
 
 #[test]
@@ -541,17 +315,4 @@ fn validation_refuses_what_openkruise_refuses() {
             .collect();
         assert_eq!(refused, expected, "{name}");
     }
-}
-
-#[test]
-fn the_regex_defaults_to_match_everything() {
-    let set = sidecar_set(
-        json!({"targetContainersMode": "sum", "resourcesExpr": {"limits": {"cpu": "cpu"}}}),
-        false,
-    );
-    let pod = pod(json!([]), two_apps("a", "b"));
-    assert_eq!(
-        resources(&injected(&pod, &set).unwrap()).0,
-        map(&[("cpu", "600m")])
-    );
 }
