@@ -17,7 +17,7 @@ use kruise_core::sidecarset::stamp_hashes;
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, object_name, read_object, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name, read_object};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
@@ -61,11 +61,7 @@ fn clone_set(request: &KubernetesAdmissionRequest) -> Outcome {
 
 /// The `validate` waPC operation.
 pub fn validate_payload(payload: &[u8]) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<Settings>(payload) {
-        Ok(request) => evaluate(&request.request),
-        Err(message) => Outcome::bad_request(message),
-    };
-    outcome.into_payload().map_err(|e| e.to_string())
+    kruise_policy_support::answer_without_settings(payload, evaluate)
 }
 
 kruise_policy_support::export_policy!(validate: validate_payload, validate_settings: validate_settings);

@@ -16,7 +16,7 @@ use kruise_core::imagepull::validation::{validate_job, validate_node_image};
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, object_name, read_object, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name, read_object};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request at time `now`.
@@ -74,11 +74,7 @@ fn node_image(request: &KubernetesAdmissionRequest, now: &Time) -> Outcome {
 
 /// The `validate` waPC operation at time `now`.
 pub fn validate_payload(payload: &[u8], now: &Time) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<Settings>(payload) {
-        Ok(request) => evaluate(&request.request, now),
-        Err(message) => Outcome::bad_request(message),
-    };
-    outcome.into_payload().map_err(|e| e.to_string())
+    kruise_policy_support::answer_without_settings(payload, |request| evaluate(request, now))
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -299,6 +299,20 @@ pub fn invalid(kind: &str, name: &str, violations: &[impl std::fmt::Display]) ->
 #[serde(deny_unknown_fields)]
 pub struct NoSettings {}
 
+/// The `validate` waPC operation of a policy without settings: read the
+/// request, decide with `evaluate`, answer. A payload that cannot be read
+/// is refused as a bad request.
+pub fn answer_without_settings(
+    payload: &[u8],
+    evaluate: impl FnOnce(&KubernetesAdmissionRequest) -> Outcome,
+) -> Result<Vec<u8>, String> {
+    let outcome = match read_request::<NoSettings>(payload) {
+        Ok(request) => evaluate(&request.request),
+        Err(message) => Outcome::bad_request(message),
+    };
+    outcome.into_payload().map_err(|e| e.to_string())
+}
+
 /// The `validate_settings` waPC operation of a policy without settings.
 pub fn validate_no_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
     let response = match read_settings::<NoSettings>(payload) {

@@ -10,7 +10,7 @@ use kruise_core::resourcedistribution::{validate_create, validate_update};
 pub use kruise_policy_support::{
     NoSettings as Settings, UNPROCESSABLE, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, object_name, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
@@ -43,11 +43,7 @@ fn read(object: &serde_json::Value, key: &str) -> Result<ResourceDistribution, S
 
 /// The `validate` waPC operation.
 pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<Settings>(payload) {
-        Ok(request) => evaluate(&request.request),
-        Err(message) => Outcome::bad_request(message),
-    };
-    outcome.into_payload().map_err(|e| e.to_string())
+    kruise_policy_support::answer_without_settings(payload, evaluate)
 }
 
 kruise_policy_support::export_policy!(validate: validate, validate_settings: validate_settings);

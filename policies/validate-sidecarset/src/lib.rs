@@ -13,7 +13,7 @@ use kruise_policy_support::cluster::Cluster;
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, invalid, object_name, read_object, read_request};
+use kruise_policy_support::{Outcome, invalid, object_name, read_object};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
@@ -81,11 +81,7 @@ fn revisions_needed<C: Cluster>(
 
 /// The `validate` waPC operation.
 pub fn validate_payload<C: Cluster>(payload: &[u8], cluster: &C) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<Settings>(payload) {
-        Ok(request) => evaluate(&request.request, cluster),
-        Err(message) => Outcome::bad_request(message),
-    };
-    outcome.into_payload().map_err(|e| e.to_string())
+    kruise_policy_support::answer_without_settings(payload, |request| evaluate(request, cluster))
 }
 
 #[cfg(target_arch = "wasm32")]
