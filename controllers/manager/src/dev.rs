@@ -232,6 +232,8 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         },
         VALIDATE_CLONESET.name: {
             "module": format!("{}.wasm", VALIDATE_CLONESET.name),
+            "contextAwareResources": [{"apiVersion": "v1", "kind": "Pod"}],
+            "hostCapabilities": ["kubernetes/*"],
             "settings": {},
         },
         VALIDATE_SIDECARSET.name: {
@@ -239,6 +241,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
             "contextAwareResources": [
                 {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
                 {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
+                {"apiVersion": "v1", "kind": "ConfigMap"},
             ],
             "hostCapabilities": ["kubernetes/*"],
             "settings": {},

@@ -202,11 +202,9 @@ fn sidecarset_injection(env: &DevEnvironment) {
     assert_eq!(names, ["sidecar1", "app"], "{injected:#}");
 }
 
-/// The shared cases of `policies/fixtures/<kind>/validation.yaml`, as
-/// kwctl answers them: the base accepted, each case refused (422) naming
-/// its field.
-/// Every shared validation case of `kind` (at least `min_cases`) refused
-/// by kwctl naming the field, and the base admitted.
+/// Every shared validation case of `kind` (at least `min_cases`, from
+/// `policies/fixtures/<kind>/validation.yaml`) refused by kwctl (422)
+/// naming the field, and the base admitted.
 fn validation_cases(
     env: &DevEnvironment,
     module: &PolicyModule,

@@ -10,9 +10,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use kruise_api::CloneSet;
+use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
 use support::{examples, kubectl, kubectl_output};
 
@@ -154,6 +156,69 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
 
     resource_distributions_are_validated(&kubeconfig);
     sidecars_are_sized_by_their_resources_policy(&kubeconfig, &pods).await;
+    pods_to_delete_are_pods_of_the_cloneset(&kubeconfig, &client, &pods).await;
+}
+
+/// `podsToDelete` through kubectl and the CloneSet module, which reads the
+/// pods from the cluster: a pod that does not exist or that the CloneSet
+/// does not own is refused naming the field; one of its own is accepted,
+/// and the controller deletes it.
+async fn pods_to_delete_are_pods_of_the_cloneset(
+    kubeconfig: &Path,
+    client: &kube::Client,
+    pods: &Api<Pod>,
+) {
+    let demo = examples().join("cloneset-surge-partition.yaml");
+    kubectl(kubeconfig, &["apply", "-f", demo.to_str().unwrap()]);
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
+    wait_for(&clonesets, "demo", "5 ready replicas", |c| {
+        c.status
+            .as_ref()
+            .filter(|s| s.ready_replicas == 5)
+            .map(drop)
+    })
+    .await;
+    let delete = |name: &str| {
+        let patch = json!({"spec": {"scaleStrategy": {"podsToDelete": [name]}}}).to_string();
+        kubectl_output(
+            kubeconfig,
+            &["patch", "cloneset", "demo", "--type", "merge", "-p", &patch],
+        )
+    };
+    for (name, reason) in [
+        (
+            "no-such-pod",
+            "find pod no-such-pod failed: pods \"no-such-pod\" not found",
+        ),
+        ("test-pod", "find pod test-pod owner is not this CloneSet"),
+    ] {
+        let refused = delete(name);
+        let message = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success()
+                && message.contains(&format!(
+                    "spec.scaleStrategy.podsToDelete: Invalid value: \"{name}\": {reason}"
+                )),
+            "{name}: {message}"
+        );
+    }
+    let selected = pods
+        .list(&ListParams::default().labels("app=demo"))
+        .await
+        .unwrap();
+    let victim = selected.items[0].metadata.name.clone().unwrap();
+    let accepted = delete(&victim);
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    eventually(&format!("{victim} is deleted"), || async {
+        let pod = pods.get_opt(&victim).await.unwrap();
+        pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
 }
 
 /// A SidecarSet with `resourcesPolicy` passes the API server's schema and

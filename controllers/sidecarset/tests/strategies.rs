@@ -428,7 +428,36 @@ async fn failed_upgrade_blocks_the_rollout(env: &Env) {
     env.wait_status("blocked-demo", [3, 3, 3, 3], 30).await;
 }
 
-/// `patchPodMetadata` is applied again when a pod is upgraded.
+/// Writes OpenKruise's whitelist of patchable annotation keys and waits
+/// until the webhook host has it (it reads ConfigMaps from a watch cache).
+async fn allow_patched_annotations(env: &Env, pattern: &str) {
+    let whitelist = json!({"rules": [{"allowedAnnotationKeyExprs": [pattern]}]});
+    let config_map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kruise-configuration", "namespace": "kruise-system"},
+        "data": {"SidecarSet_PatchPodMetadata_WhiteList": whitelist.to_string()},
+    }))
+    .unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), "kruise-system");
+    config_maps
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap();
+    let mut probe = sidecar_set("whitelist-probe", "probe", "probe-sidecar", &json!({}));
+    probe.spec.patch_pod_metadata =
+        vec![serde_json::from_value(json!({"annotations": {"example.com/probe": "x"}})).unwrap()];
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_for("the whitelist reaches the webhook host", 30, || async {
+        env.sidecar_sets().create(&dry_run, &probe).await.is_ok()
+    })
+    .await;
+}
+
+/// `patchPodMetadata` needs the key in OpenKruise's whitelist (the
+/// `kruise-configuration` ConfigMap), and is applied again when a pod is
+/// upgraded.
 async fn patch_pod_metadata(env: &Env) {
     const KEY: &str = "example.com/sidecar-version";
     let mut set = sidecar_set("metadata-demo", "meta", "meta-sidecar", &json!({}));
@@ -436,6 +465,19 @@ async fn patch_pod_metadata(env: &Env) {
         serde_json::from_value(json!({"annotations": {KEY: "v1"}, "patchPolicy": "Overwrite"}))
             .unwrap(),
     ];
+    let refused = env
+        .sidecar_sets()
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(
+            "spec.patchPodMetadata: Required value: SidecarSet patch metadata whitelist not found"
+        ),
+        "{refused}"
+    );
+    allow_patched_annotations(env, r"^example\.com/").await;
     env.create_sidecar_set(&set, &[("app", "meta")]).await;
     create_pods(env, &["meta-0"], &[("app", "meta")], "meta-sidecar").await;
     let injected = env.pods().get("meta-0").await.unwrap();

@@ -3,6 +3,7 @@
 //! time and cluster state are passed in.
 
 pub mod cloneset;
+mod container_validation;
 pub mod crr;
 pub mod history;
 pub mod imagepull;

@@ -24,6 +24,7 @@ mod annotations;
 mod containers;
 mod hash;
 mod matching;
+pub mod patch_whitelist;
 mod pod_merge;
 mod resource_expr;
 mod resources;

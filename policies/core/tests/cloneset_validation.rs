@@ -6,8 +6,11 @@
 
 mod validation_common;
 
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{CloneSet, Strictness, object_from_value};
-use kruise_core::cloneset::validation::{Violation, validate};
+use kruise_core::cloneset::validation::{
+    Violation, added_pods_to_delete, check_pod_to_delete, validate,
+};
 use serde_json::{Value, json};
 
 const CASES: &str = include_str!("../../fixtures/cloneset/validation.yaml");
@@ -104,4 +107,150 @@ fn in_place_only_updates_change_only_images() {
         fields(&validate(&parse(env), Some(&old))),
         ["spec.template"]
     );
+}
+
+fn with_pods_to_delete(names: &[&str]) -> CloneSet {
+    let mut value = base();
+    value["metadata"]["uid"] = json!("cs-uid");
+    value["spec"]["scaleStrategy"] = json!({ "podsToDelete": names });
+    parse(value)
+}
+
+/// After TestValidate's podsToDelete cases: only names an update adds are
+/// looked up, and none when the list repeats a name.
+#[test]
+fn only_added_pods_to_delete_are_looked_up() {
+    // (case, new list, old list if an update, names looked up)
+    type Case<'a> = (&'a str, &'a [&'a str], Option<&'a [&'a str]>, &'a [&'a str]);
+    let cases: [Case; 5] = [
+        ("create", &["p1", "p0"], None, &["p0", "p1"]),
+        ("one added", &["p0", "p1"], Some(&["p0"]), &["p1"]),
+        ("unchanged", &["p0"], Some(&["p0"]), &[]),
+        ("removed", &[], Some(&["p0"]), &[]),
+        ("duplicates", &["p1", "p1"], None, &[]),
+    ];
+    for (name, new, old, looked_up) in cases {
+        let old = old.map(with_pods_to_delete);
+        assert_eq!(
+            added_pods_to_delete(&with_pods_to_delete(new), old.as_ref()),
+            looked_up,
+            "{name}"
+        );
+    }
+}
+
+fn pod(owner_uid: Option<&str>, controller: bool, terminating: bool) -> Pod {
+    let mut pod = json!({"metadata": {"name": "p0", "namespace": "default"}});
+    if let Some(uid) = owner_uid {
+        pod["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+            "name": "sample", "uid": uid, "controller": controller,
+        }]);
+    }
+    if terminating {
+        pod["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
+#[test]
+fn a_pod_to_delete_is_a_live_pod_this_cloneset_controls() {
+    let set = with_pods_to_delete(&["p0"]);
+    let not_ours = "Invalid value: \"p0\": find pod p0 owner is not this CloneSet";
+    let cases = [
+        ("ours", Some(pod(Some("cs-uid"), true, false)), None),
+        (
+            "missing",
+            None,
+            Some("Invalid value: \"p0\": find pod p0 failed: pods \"p0\" not found"),
+        ),
+        (
+            "terminating",
+            Some(pod(Some("cs-uid"), true, true)),
+            Some("Invalid value: \"p0\": find pod p0 already terminating"),
+        ),
+        (
+            "other owner",
+            Some(pod(Some("other"), true, false)),
+            Some(not_ours),
+        ),
+        (
+            "not the controller",
+            Some(pod(Some("cs-uid"), false, false)),
+            Some(not_ours),
+        ),
+        ("no owner", Some(pod(None, false, false)), Some(not_ours)),
+    ];
+    for (name, found, refused) in cases {
+        let violation = check_pod_to_delete(&set, "p0", found.as_ref());
+        assert_eq!(
+            violation.as_ref().map(|v| v.field.as_str()),
+            refused.map(|_| "spec.scaleStrategy.podsToDelete"),
+            "{name}"
+        );
+        assert_eq!(
+            violation.map(|v| v.message),
+            refused.map(str::to_owned),
+            "{name}"
+        );
+    }
+    // A CloneSet without a uid (not yet stored) owns no pod.
+    let mut unstored = set.clone();
+    unstored.metadata.uid = None;
+    let owned_by_empty = pod(Some(""), true, false);
+    assert!(check_pod_to_delete(&unstored, "p0", Some(&owned_by_empty)).is_some());
+}
+
+/// The messages of the pod-template checks are the API server's own.
+#[test]
+fn pod_template_messages_are_the_api_servers() {
+    let container = |field: &str, value: Value| {
+        let mut object = base();
+        object["spec"]["template"]["spec"]["containers"][0][field] = value;
+        validate(&parse(object), None)
+            .into_iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+    };
+    let at = "spec.template.spec.containers[0]";
+    assert_eq!(
+        container("ports", json!([{"containerPort": 70000, "name": "-Web--"}])),
+        [
+            format!(
+                "{at}.ports[0].name: Invalid value: \"-Web--\": must contain only alpha-numeric \
+                 characters (a-z, 0-9), and hyphens (-),must not contain consecutive hyphens,\
+                 must not begin or end with a hyphen"
+            ),
+            format!(
+                "{at}.ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive"
+            ),
+        ]
+    );
+    assert_eq!(
+        container(
+            "resources",
+            json!({"limits": {"cpu": "500m"}, "requests": {"cpu": 1}})
+        ),
+        [format!(
+            "{at}.resources.requests[cpu]: Invalid value: \"1\": must be less than or equal to cpu limit of 500m"
+        )]
+    );
+    assert_eq!(
+        container("startupProbe", json!({})),
+        [format!(
+            "{at}.startupProbe: Required value: must specify a handler type"
+        )]
+    );
+    // Named probe ports, defaults left unset, and requests up to the
+    // limit are all fine.
+    let fine = container(
+        "readinessProbe",
+        json!({"httpGet": {"port": "http", "scheme": "HTTPS"}, "successThreshold": 3}),
+    );
+    assert_eq!(fine, Vec::<String>::new());
+    let at_limit = container(
+        "resources",
+        json!({"limits": {"memory": "1Gi"}, "requests": {"memory": "1024Mi"}}),
+    );
+    assert_eq!(at_limit, Vec::<String>::new());
 }

@@ -9,8 +9,11 @@
 
 mod validation_common;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::{SidecarSet, Strictness, object_from_value};
+use kruise_core::sidecarset::patch_whitelist::WHITELIST_KEY;
 use kruise_core::sidecarset::validation::{ClusterView, Violation, validate};
 use serde_json::{Value, json};
 
@@ -35,8 +38,23 @@ fn fields(violations: &[Violation]) -> Vec<&str> {
     violations.iter().map(|v| v.field.as_str()).collect()
 }
 
+/// OpenKruise's configuration with a whitelist that lets every
+/// annotation be patched: the shared cases are about the other rules.
+fn any_annotation() -> BTreeMap<String, String> {
+    [(
+        WHITELIST_KEY.to_owned(),
+        r#"{"rules": [{"allowedAnnotationKeyExprs": [".*"]}]}"#.to_owned(),
+    )]
+    .into()
+}
+
 fn create(new: &SidecarSet) -> Vec<Violation> {
-    validate(new, None, ClusterView::default())
+    let configuration = any_annotation();
+    let cluster = ClusterView {
+        kruise_configuration: Some(&configuration),
+        ..ClusterView::default()
+    };
+    validate(new, None, cluster)
 }
 
 #[test]
@@ -113,6 +131,7 @@ fn an_existing_revision_is_accepted() {
     let cluster = ClusterView {
         sidecar_sets: &[],
         revisions: &[revision],
+        ..ClusterView::default()
     };
     assert_eq!(validate(&set, None, cluster), []);
 }
@@ -126,9 +145,11 @@ fn other(name: &str, change: impl FnOnce(&mut Value)) -> SidecarSet {
 }
 
 fn against(new: &SidecarSet, others: &[SidecarSet]) -> Vec<Violation> {
+    let configuration = any_annotation();
     let cluster = ClusterView {
         sidecar_sets: others,
         revisions: &[],
+        kruise_configuration: Some(&configuration),
     };
     validate(new, None, cluster)
 }
@@ -272,6 +293,7 @@ fn validate_sidecar_set_canary_annotations() {
     let cluster = ClusterView {
         sidecar_sets: &others,
         revisions: &[],
+        ..ClusterView::default()
     };
     let old = canary("base-sidecarset", "NotUpdate");
     assert_eq!(validate(&old, Some(&old), cluster), []);
@@ -312,4 +334,89 @@ fn sidecar_set_update_conflict() {
         )),
         ["spec.containers[0].name"]
     );
+}
+
+/// OpenKruise's TestValidateSidecarSetPatchMetadataWhitelist, and the
+/// configurations it cannot use: the SidecarSet (labels `app: sidecar`)
+/// patches `key1`.
+#[test]
+fn patched_annotations_must_be_whitelisted() {
+    let patching = with(|s| {
+        s["metadata"]["labels"] = json!({"app": "sidecar"});
+        s["spec"]["patchPodMetadata"] = json!([{"annotations": {"key1": "value1"}}]);
+    });
+    let not_found = Some("Required value: SidecarSet patch metadata whitelist not found");
+    let not_allowed = Some("Required value: sidecarSet patch metadata annotation is not allowed");
+    let key1 = Some("Required value: sidecarSet patch metadata annotation(key1) is not allowed");
+    let cases: [(&str, Option<&str>, Option<&str>); 10] = [
+        ("no configuration", None, not_found),
+        ("configuration without the key", Some(""), not_found),
+        (
+            "key.* for all",
+            Some(r#"{"rules":[{"allowedAnnotationKeyExprs":["key.*"]}]}"#),
+            None,
+        ),
+        (
+            "only key2",
+            Some(r#"{"rules":[{"allowedAnnotationKeyExprs":["key2"]}]}"#),
+            key1,
+        ),
+        (
+            "rule for other SidecarSets",
+            Some(
+                r#"{"rules":[{"allowedAnnotationKeyExprs":["key.*"],"selector":{"matchLabels":{"app":"other"}}}]}"#,
+            ),
+            not_allowed,
+        ),
+        (
+            "rule for this SidecarSet",
+            Some(
+                r#"{"rules":[{"allowedAnnotationKeyExprs":["key.*"],"selector":{"matchLabels":{"app":"sidecar"}}}]}"#,
+            ),
+            None,
+        ),
+        // Go's MatchString finds the pattern anywhere in the key.
+        (
+            "unanchored",
+            Some(r#"{"rules":[{"allowedAnnotationKeyExprs":["ey"]}]}"#),
+            None,
+        ),
+        ("no rules", Some("{}"), not_allowed),
+        (
+            "not JSON",
+            Some("{rules"),
+            Some("Required value: kruise-configuration"),
+        ),
+        (
+            "bad pattern",
+            Some(r#"{"rules":[{"allowedAnnotationKeyExprs":["("]}]}"#),
+            Some("Required value: kruise-configuration"),
+        ),
+    ];
+    for (name, whitelist, refused) in cases {
+        let configuration: Option<BTreeMap<String, String>> = whitelist.map(|text| {
+            if text.is_empty() {
+                BTreeMap::from([("other".to_owned(), "x".to_owned())])
+            } else {
+                BTreeMap::from([(WHITELIST_KEY.to_owned(), text.to_owned())])
+            }
+        });
+        let cluster = ClusterView {
+            kruise_configuration: configuration.as_ref(),
+            ..ClusterView::default()
+        };
+        let violations = validate(&patching, None, cluster);
+        match refused {
+            None => assert_eq!(violations, [], "{name}"),
+            Some(start) => {
+                assert_eq!(fields(&violations), ["spec.patchPodMetadata"], "{name}");
+                assert!(
+                    violations[0].message.starts_with(start),
+                    "{name}: {violations:?}"
+                );
+            }
+        }
+    }
+    // A SidecarSet that patches nothing needs no whitelist.
+    assert_eq!(validate(&with(|_| {}), None, ClusterView::default()), []);
 }

@@ -12,8 +12,11 @@ use std::collections::BTreeMap;
 
 use guest::{Guest, validation_request};
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kruise_policy_modules::{VALIDATE_SIDECARSET, fixtures};
-use kruise_policy_support::cluster::{Cluster, ListedSidecarSets, read_sidecar_sets};
+use kruise_policy_support::cluster::{
+    Cluster, KruiseConfiguration, ListedSidecarSets, found, read_sidecar_sets,
+};
 use serde_json::{Value, json};
 
 fn sidecar_set(name: &str, container: &str) -> Value {
@@ -31,24 +34,59 @@ fn admission(operation: &str, object: &Value, old: Option<&Value>) -> Value {
     fixtures::kruise_request("SidecarSet", "sidecarsets", operation, object, old)
 }
 
-/// The cluster both sides read: these SidecarSets, no revisions.
+/// The cluster both sides read: these SidecarSets and, maybe, OpenKruise's
+/// `kruise-configuration` ConfigMap; no revisions.
 #[derive(Clone)]
 struct Stored(Vec<Value>);
 
 impl Stored {
+    fn of_kind(&self, kind: &str) -> Vec<Value> {
+        self.0
+            .iter()
+            .filter(|o| o["kind"] == kind)
+            .cloned()
+            .collect()
+    }
+
     fn list(&self) -> Value {
-        json!({"apiVersion": "v1", "kind": "List", "items": self.0})
+        json!({"apiVersion": "v1", "kind": "List", "items": self.of_kind("SidecarSet")})
+    }
+
+    /// The ConfigMap, or the error our host gives for a missing object.
+    fn configuration(&self) -> Result<Value, String> {
+        self.of_kind("ConfigMap")
+            .into_iter()
+            .next()
+            .ok_or_else(|| "configmap \"kruise-configuration\" not found".to_owned())
     }
 
     fn guest(&self) -> Guest {
-        let list = serde_json::to_vec(&self.list()).unwrap();
+        let cluster = self.clone();
         Guest::with_host_calls(
             VALIDATE_SIDECARSET.wasm,
-            move |binding, namespace, operation, _| match (binding, namespace, operation) {
-                ("kubewarden", "kubernetes", "list_resources_all") => Ok(list.clone()),
+            move |binding, namespace, operation, payload| match (binding, namespace, operation) {
+                ("kubewarden", "kubernetes", "list_resources_all") => {
+                    Ok(serde_json::to_vec(&cluster.list()).unwrap())
+                }
                 // This SidecarSet's ControllerRevisions: none.
                 ("kubewarden", "kubernetes", "list_resources_by_namespace") => {
                     Ok(br#"{"apiVersion": "v1", "kind": "List", "items": []}"#.to_vec())
+                }
+                ("kubewarden", "kubernetes", "get_resource") => {
+                    let asked: Value = serde_json::from_slice(payload).unwrap();
+                    assert_eq!(
+                        (
+                            asked["kind"].as_str(),
+                            asked["namespace"].as_str(),
+                            asked["name"].as_str()
+                        ),
+                        (
+                            Some("ConfigMap"),
+                            Some("kruise-system"),
+                            Some("kruise-configuration")
+                        ),
+                    );
+                    Ok(serde_json::to_vec(&cluster.configuration()?).unwrap())
                 }
                 other => Err(format!("unexpected host call {other:?}")),
             },
@@ -65,6 +103,13 @@ impl Cluster for Stored {
     }
     fn sidecar_set_revisions(&self, _: &str) -> Result<Vec<ControllerRevision>, String> {
         Ok(Vec::new())
+    }
+}
+
+impl KruiseConfiguration for Stored {
+    fn kruise_configuration(&self) -> Result<Option<BTreeMap<String, String>>, String> {
+        let map: Option<ConfigMap> = found(self.configuration(), "configmap")?;
+        Ok(map.map(|m| m.data.unwrap_or_default()))
     }
 }
 
@@ -162,4 +207,40 @@ fn every_shared_case_is_refused_naming_its_field() {
             case.name
         );
     }
+}
+
+/// The `patchPodMetadata` whitelist is read from OpenKruise's
+/// `kruise-configuration` ConfigMap through the host: without it nothing
+/// may be patched; with it, the keys its patterns match.
+#[test]
+fn patched_annotations_follow_the_clusters_whitelist() {
+    let mut patching = sidecar_set("patching", "patching-sidecar");
+    patching["spec"]["patchPodMetadata"] = json!([{"annotations": {"example.com/version": "v1"}}]);
+    let create = admission("CREATE", &patching, None);
+    let refused = answer(&Stored(Vec::new()), &create);
+    assert_eq!(
+        refused["message"],
+        "SidecarSet \"patching\" is invalid: spec.patchPodMetadata: Required value: \
+         SidecarSet patch metadata whitelist not found"
+    );
+    let whitelist = |pattern: &str| {
+        Stored(vec![json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kruise-configuration", "namespace": "kruise-system"},
+            "data": {"SidecarSet_PatchPodMetadata_WhiteList":
+                json!({"rules": [{"allowedAnnotationKeyExprs": [pattern]}]}).to_string()},
+        })])
+    };
+    assert_eq!(
+        answer(&whitelist("^example\\.com/"), &create)["accepted"],
+        true
+    );
+    let message = answer(&whitelist("^other/"), &create)["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .ends_with("annotation(example.com/version) is not allowed"),
+        "{message}"
+    );
 }

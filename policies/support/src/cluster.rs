@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 
 /// Where OpenKruise keeps SidecarSet ControllerRevisions.
 pub const KRUISE_NAMESPACE: &str = "kruise-system";
+/// OpenKruise's configuration ConfigMap there.
+pub const KRUISE_CONFIGURATION: &str = "kruise-configuration";
 const SIDECARSET_NAME_LABEL: &str = "kruise.io/sidecarset-name";
 
 /// The SidecarSets of the cluster: those that could be read, and a message
@@ -68,6 +70,14 @@ pub trait PodsAndNodes {
     fn node(&self, name: &str) -> Result<Option<Node>, String>;
 }
 
+/// The read of the SidecarSet validating policy: OpenKruise's
+/// `kruise-configuration` ConfigMap in [`KRUISE_NAMESPACE`] (its
+/// `patchPodMetadata` whitelist).
+pub trait KruiseConfiguration {
+    /// The ConfigMap's data; `None` when there is no such ConfigMap.
+    fn kruise_configuration(&self) -> Result<Option<BTreeMap<String, String>>, String>;
+}
+
 /// Whether a failed `get_resource` says the object does not exist. Hosts
 /// answer that with an error, not an empty object: ours with
 /// `pod "web-0" not found`, policy-server with the API server's
@@ -113,7 +123,7 @@ pub fn read_sidecar_set(item: Value) -> Result<SidecarSet, String> {
 /// The requests the guest sends, kept apart from the host call so they can
 /// be checked natively.
 pub mod requests {
-    use super::{KRUISE_NAMESPACE, SIDECARSET_NAME_LABEL, Value, json};
+    use super::{KRUISE_CONFIGURATION, KRUISE_NAMESPACE, SIDECARSET_NAME_LABEL, Value, json};
 
     pub fn list_sidecar_sets() -> Value {
         json!({"api_version": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
@@ -128,6 +138,11 @@ pub mod requests {
     pub fn get_pod(namespace: &str, name: &str) -> Value {
         json!({"api_version": "v1", "kind": "Pod", "name": name, "namespace": namespace,
                "disable_cache": false, "field_masks": null})
+    }
+
+    pub fn get_kruise_configuration() -> Value {
+        json!({"api_version": "v1", "kind": "ConfigMap", "name": KRUISE_CONFIGURATION,
+               "namespace": KRUISE_NAMESPACE, "disable_cache": false, "field_masks": null})
     }
 
     pub fn get_node(name: &str) -> Value {
@@ -200,6 +215,16 @@ impl PodsAndNodes for HostCluster {
     fn node(&self, name: &str) -> Result<Option<Node>, String> {
         let answer = Self::call("get_resource", &requests::get_node(name));
         found(answer, &format!("node {name}"))
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl KruiseConfiguration for HostCluster {
+    fn kruise_configuration(&self) -> Result<Option<BTreeMap<String, String>>, String> {
+        let answer = Self::call("get_resource", &requests::get_kruise_configuration());
+        let found: Option<k8s_openapi::api::core::v1::ConfigMap> =
+            found(answer, "configmap kruise-configuration")?;
+        Ok(found.map(|map| map.data.unwrap_or_default()))
     }
 }
 

@@ -1,10 +1,14 @@
 //! Kubewarden policy: OpenKruise's CloneSet validating webhook. CREATE and
 //! UPDATE of an `apps.kruise.io/v1alpha1` CloneSet are checked by
-//! `kruise_core::cloneset::validation`; a CloneSet that does not parse, or
+//! `kruise_core::cloneset::validation`, with the pods an update adds to
+//! `podsToDelete` read from the cluster; a CloneSet that does not parse, or
 //! has violations, is refused (422) naming the fields. Takes no settings.
 
 use kruise_api::CloneSet;
-use kruise_core::cloneset::validation::validate;
+use kruise_core::cloneset::validation::{
+    Violation, added_pods_to_delete, check_pod_to_delete, validate,
+};
+use kruise_policy_support::cluster::PodsAndNodes;
 /// The policy takes no settings; any given are refused.
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
@@ -13,7 +17,7 @@ use kruise_policy_support::{Outcome, invalid, read_object};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
-pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
+pub fn evaluate<C: PodsAndNodes>(request: &KubernetesAdmissionRequest, cluster: &C) -> Outcome {
     let is_cloneset = request.kind.group == "apps.kruise.io"
         && request.kind.kind == "CloneSet"
         && request.sub_resource.is_empty();
@@ -33,7 +37,16 @@ pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
     let old = (request.operation == "UPDATE")
         .then(|| read_object::<CloneSet>(&request.old_object).ok())
         .flatten();
-    let violations = validate(&new, old.as_ref());
+    let mut violations = validate(&new, old.as_ref());
+    match pods_to_delete_violations(request, &new, old.as_ref(), cluster) {
+        Ok(more) => violations.extend(more),
+        Err(message) => {
+            return Outcome::Reject {
+                message: format!("cannot check the CloneSet against the cluster: {message}"),
+                code: 500,
+            };
+        }
+    }
     if violations.is_empty() {
         Outcome::Accept
     } else {
@@ -41,9 +54,42 @@ pub fn evaluate(request: &KubernetesAdmissionRequest) -> Outcome {
     }
 }
 
-/// The `validate` waPC operation.
-pub fn validate_payload(payload: &[u8]) -> Result<Vec<u8>, String> {
-    kruise_policy_support::answer_without_settings(payload, evaluate)
+/// The names newly added to `podsToDelete` that are not live pods of this
+/// CloneSet, each looked up in the CloneSet's namespace.
+fn pods_to_delete_violations<C: PodsAndNodes>(
+    request: &KubernetesAdmissionRequest,
+    new: &CloneSet,
+    old: Option<&CloneSet>,
+    cluster: &C,
+) -> Result<Vec<Violation>, String> {
+    let namespace = new
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or(&request.namespace);
+    let mut out = Vec::new();
+    for name in added_pods_to_delete(new, old) {
+        let pod = cluster.pod(namespace, &name)?;
+        out.extend(check_pod_to_delete(new, &name, pod.as_ref()));
+    }
+    Ok(out)
 }
 
-kruise_policy_support::export_policy!(validate: validate_payload, validate_settings: validate_settings);
+/// The `validate` waPC operation.
+pub fn validate_payload<C: PodsAndNodes>(payload: &[u8], cluster: &C) -> Result<Vec<u8>, String> {
+    kruise_policy_support::answer_without_settings(payload, |request| evaluate(request, cluster))
+}
+
+#[cfg(target_arch = "wasm32")]
+mod guest {
+    use kruise_policy_support::cluster::HostCluster;
+
+    kruise_policy_support::export_policy!(
+        validate: validate,
+        validate_settings: crate::validate_settings,
+    );
+
+    fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
+        crate::validate_payload(payload, &HostCluster)
+    }
+}

@@ -1,14 +1,17 @@
 //! Kubewarden policy: OpenKruise's SidecarSet validating webhook. CREATE
 //! and UPDATE of an `apps.kruise.io/v1alpha1` SidecarSet are checked by
-//! `kruise_core::sidecarset::validation`, with the other SidecarSets and
-//! this one's ControllerRevisions read from the cluster; a SidecarSet that
+//! `kruise_core::sidecarset::validation`, with the other SidecarSets, this
+//! one's ControllerRevisions and OpenKruise's `kruise-configuration`
+//! ConfigMap (the `patchPodMetadata` whitelist) read from the cluster; a SidecarSet that
 //! does not parse, or has violations, is refused (422) naming the fields.
 //! Takes no settings.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::SidecarSet;
 use kruise_core::sidecarset::validation::{ClusterView, validate};
-use kruise_policy_support::cluster::Cluster;
+use kruise_policy_support::cluster::{Cluster, KruiseConfiguration};
 /// The policy takes no settings; any given are refused.
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
@@ -17,7 +20,10 @@ use kruise_policy_support::{Outcome, invalid, object_name, read_object};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 /// The decision for one admission request.
-pub fn evaluate<C: Cluster>(request: &KubernetesAdmissionRequest, cluster: &C) -> Outcome {
+pub fn evaluate<C: Cluster + KruiseConfiguration>(
+    request: &KubernetesAdmissionRequest,
+    cluster: &C,
+) -> Outcome {
     let is_sidecar_set = request.kind.group == "apps.kruise.io"
         && request.kind.kind == "SidecarSet"
         && request.sub_resource.is_empty();
@@ -43,9 +49,14 @@ pub fn evaluate<C: Cluster>(request: &KubernetesAdmissionRequest, cluster: &C) -
         Ok(revisions) => revisions,
         Err(message) => return cannot_read(&message),
     };
+    let configuration = match configuration_needed(&new, cluster) {
+        Ok(configuration) => configuration,
+        Err(message) => return cannot_read(&message),
+    };
     let view = ClusterView {
         sidecar_sets: &others,
         revisions: &revisions,
+        kruise_configuration: configuration.as_ref(),
     };
     let violations = validate(&new, old.as_ref(), view);
     if violations.is_empty() {
@@ -79,8 +90,23 @@ fn revisions_needed<C: Cluster>(
     }
 }
 
+/// OpenKruise's configuration, read only when the SidecarSet patches pod
+/// metadata.
+fn configuration_needed<C: KruiseConfiguration>(
+    set: &SidecarSet,
+    cluster: &C,
+) -> Result<Option<BTreeMap<String, String>>, String> {
+    if set.spec.patch_pod_metadata.is_empty() {
+        return Ok(None);
+    }
+    cluster.kruise_configuration()
+}
+
 /// The `validate` waPC operation.
-pub fn validate_payload<C: Cluster>(payload: &[u8], cluster: &C) -> Result<Vec<u8>, String> {
+pub fn validate_payload<C: Cluster + KruiseConfiguration>(
+    payload: &[u8],
+    cluster: &C,
+) -> Result<Vec<u8>, String> {
     kruise_policy_support::answer_without_settings(payload, |request| evaluate(request, cluster))
 }
 

@@ -2,21 +2,28 @@
 //! violation at once, each naming its field (OpenKruise's
 //! `pkg/webhook/cloneset/validating`).
 //!
-//! Not checked yet: that each newly added `podsToDelete` name is a live pod
-//! this CloneSet controls (it needs a pod lookup; duplicates are checked),
-//! and the full Kubernetes pod-template validation (ports, probes,
-//! resources): the template's containers, names, images and restart rules
-//! are.
+//! [`validate`] needs only the objects of the request. The names an update
+//! adds to `podsToDelete` must also be live pods of this CloneSet: the
+//! policy reads them ([`added_pods_to_delete`]) and judges each with
+//! [`check_pod_to_delete`].
+//!
+//! Of Kubernetes' own pod-template validation, the checks here are the
+//! containers' names and images, restart rules, volume mounts naming a
+//! volume (or a volume claim template), and each container's ports, probes
+//! and resources (`container_validation`).
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::CloneSet;
 use kruise_api::cloneset::{CloneSetUpdateStrategy, CloneSetUpdateStrategyType};
 use serde_json::Value;
 
 use super::intorstr::{scaled_value_from_int_or_percent, value_from_int_or_percent};
+use crate::container_validation::check_container;
 use crate::names::{dns_label_error, dns_subdomain_error};
+use crate::owner::is_controlled_by;
 use crate::selector;
 pub use crate::validation::Violation;
 use crate::validation::{check_priority, check_scatter, check_selector};
@@ -103,6 +110,19 @@ fn check_template(set: &CloneSet, out: &mut Vec<Violation>) {
             "Required value",
         ));
     }
+    // A volume claim template is mounted like a volume of the template.
+    let volumes: BTreeSet<&str> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .chain(
+            set.spec
+                .volume_claim_templates
+                .iter()
+                .filter_map(|c| c.metadata.name.as_deref()),
+        )
+        .collect();
     let mut names = BTreeSet::new();
     let all = [
         (
@@ -125,6 +145,15 @@ fn check_template(set: &CloneSet, out: &mut Vec<Violation>) {
             if container.image.as_deref().is_none_or(str::is_empty) {
                 out.push(Violation::new(format!("{field}.image"), "Required value"));
             }
+            for (index, mount) in container.volume_mounts.iter().flatten().enumerate() {
+                if !volumes.contains(mount.name.as_str()) {
+                    out.push(Violation::new(
+                        format!("{field}.volumeMounts[{index}].name"),
+                        format!("Not found: {:?}", mount.name),
+                    ));
+                }
+            }
+            check_container(container, &field, out);
         }
     }
 }
@@ -142,6 +171,49 @@ fn check_pods_to_delete(set: &CloneSet, out: &mut Vec<Violation>) {
             ));
         }
     }
+}
+
+/// The names `new` adds to `scaleStrategy.podsToDelete` (those not already
+/// in `old`'s), sorted. None when the list repeats a name: that is refused
+/// already, and OpenKruise looks no further.
+pub fn added_pods_to_delete(new: &CloneSet, old: Option<&CloneSet>) -> Vec<String> {
+    let listed = |set: &CloneSet| {
+        set.spec
+            .scale_strategy
+            .as_ref()
+            .map(|s| s.pods_to_delete.clone())
+            .unwrap_or_default()
+    };
+    let names = listed(new);
+    let unique: BTreeSet<String> = names.iter().cloned().collect();
+    if unique.len() < names.len() {
+        return Vec::new();
+    }
+    let before: BTreeSet<String> = old.map(listed).unwrap_or_default().into_iter().collect();
+    unique.difference(&before).cloned().collect()
+}
+
+/// Why `name`, newly added to `podsToDelete`, cannot be deleted by `set`:
+/// no such pod (`pod` is `None`), already terminating, or controlled by
+/// something else. `None` when it is a live pod of this CloneSet.
+pub fn check_pod_to_delete(set: &CloneSet, name: &str, pod: Option<&Pod>) -> Option<Violation> {
+    let reason = match pod {
+        None => format!("find pod {name} failed: pods {name:?} not found"),
+        Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
+            format!("find pod {name} already terminating")
+        }
+        Some(pod) => {
+            let uid = set.metadata.uid.as_deref().unwrap_or_default();
+            if !uid.is_empty() && is_controlled_by(&pod.metadata, uid) {
+                return None;
+            }
+            format!("find pod {name} owner is not this CloneSet")
+        }
+    };
+    Some(Violation::new(
+        "spec.scaleStrategy.podsToDelete",
+        format!("Invalid value: {name:?}: {reason}"),
+    ))
 }
 
 fn check_update_strategy(

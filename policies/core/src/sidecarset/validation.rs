@@ -3,12 +3,12 @@
 //! `pkg/webhook/sidecarset/validating`).
 //!
 //! The checks that need the cluster take it as values: the other
-//! SidecarSets (name, volume and annotation conflicts; a canary's base) and
-//! this SidecarSet's ControllerRevisions (`injectionStrategy.revision`).
+//! SidecarSets (name, volume and annotation conflicts; a canary's base),
+//! this SidecarSet's ControllerRevisions (`injectionStrategy.revision`) and
+//! the `kruise-configuration` ConfigMap (the `patchPodMetadata` whitelist).
 //!
-//! Not checked yet: the `patchPodMetadata` whitelist (OpenKruise reads it
-//! from its `kruise-configuration` ConfigMap) and the deeper pod validation
-//! of each container (ports, probes, resources).
+//! Each container also passes the pod validation of
+//! `container_validation` (ports, probes, resources).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,7 +22,8 @@ use kruise_api::sidecarset::{
 };
 
 use super::matching::{BASE_ANNOTATION, CANARY_ANNOTATION, canary_base};
-use super::{resources, revision, sidecar_set_name};
+use super::{patch_whitelist, resources, revision, sidecar_set_name};
+use crate::container_validation::check_container;
 use crate::names::dns_label_error;
 use crate::selector;
 pub use crate::validation::Violation;
@@ -42,6 +43,9 @@ pub struct ClusterView<'a> {
     pub sidecar_sets: &'a [SidecarSet],
     /// This SidecarSet's ControllerRevisions.
     pub revisions: &'a [ControllerRevision],
+    /// The data of OpenKruise's `kruise-configuration` ConfigMap; `None`
+    /// when there is none.
+    pub kruise_configuration: Option<&'a BTreeMap<String, String>>,
 }
 
 /// The violations of `new`, created (`old` is `None`) or updated from
@@ -69,6 +73,7 @@ pub fn validate(
     check_update_strategy(&strategy, &mut out);
     check_containers(new, &strategy, &mut out);
     check_patch_pod_metadata(new, &mut out);
+    out.extend(patch_whitelist::check(new, cluster.kruise_configuration));
     if let Some(old) = old {
         check_update(new, old, &mut out);
     }
@@ -215,6 +220,7 @@ fn check_containers(
                 ));
             }
             resources::check(sidecar, &field, list == "initContainers", out);
+            check_container(&sidecar.container, &field, out);
             check_transfer_env(sidecar, &field, out);
         }
     }
