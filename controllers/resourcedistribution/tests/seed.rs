@@ -16,9 +16,10 @@ use kruise_api::ResourceDistribution;
 use kruise_api::resourcedistribution::{
     ResourceDistributionCondition, ResourceDistributionConditionType as Type,
 };
+use kruise_core::go_json;
 use kruise_core::resourcedistribution::{
     MESSAGE_CONFLICT, MESSAGE_NAMESPACE_NOT_EXISTS, RESOURCE_FROM_ANNOTATION,
-    RESOURCE_HASH_ANNOTATION, go_json, resource_hash,
+    RESOURCE_HASH_ANNOTATION, resource_hash,
 };
 use kruise_devcluster::wait::{eventually, wait_for, wait_gone};
 use kruise_devcluster::{DevCluster, Options};
@@ -286,7 +287,7 @@ async fn copies_appear_in_the_targets(world: &World) -> String {
         .unwrap();
     let served: Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(
-        String::from_utf8(go_json(&served)).unwrap(),
+        go_json::unstructured(&served),
         raw.trim_end(),
         "the API server's bytes differ from the Go encoding"
     );

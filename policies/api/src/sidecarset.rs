@@ -353,11 +353,10 @@ impl KruiseObject for SidecarSet {
         strategy.max_unavailable.get_or_insert(IntOrString::Int(1));
         strategy.partition.get_or_insert(IntOrString::Int(0));
         spec.revision_history_limit.get_or_insert(10);
-        if let Some(revision) = spec
-            .injection_strategy
-            .as_mut()
-            .and_then(|s| s.revision.as_mut())
-        {
+        // Go writes an unset struct as `{}`: OpenKruise stores
+        // `injectionStrategy: {}`.
+        let injection = spec.injection_strategy.get_or_insert_with(Default::default);
+        if let Some(revision) = injection.revision.as_mut() {
             revision.policy.get_or_insert(RevisionPolicy::Always);
         }
         for sidecar in &mut spec.containers {

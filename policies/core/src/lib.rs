@@ -5,6 +5,7 @@
 pub mod cloneset;
 mod container_validation;
 pub mod crr;
+pub mod go_json;
 pub mod history;
 pub mod imagepull;
 pub mod launch_priority;

@@ -27,7 +27,7 @@ mod validation;
 
 pub use copy::{desired_copy, is_up_to_date, updated_copy};
 pub use embedded::{ResourceIdentity, ResourceKind, read_resource};
-pub use hash::{go_json, raw_resource_hash, resource_hash};
+pub use hash::{raw_resource_hash, resource_hash};
 pub use ownership::{controller_reference, is_controlled_by};
 pub use plan::{Action, Existing, Failure, Plan, PlanError, ReconcileInput, plan};
 pub use status::{compute_status, needs_status_write};

@@ -5,7 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use kruise_core::resourcedistribution::{go_json, raw_resource_hash, resource_hash};
+use kruise_core::go_json;
+use kruise_core::resourcedistribution::{raw_resource_hash, resource_hash};
 use serde_json::{Value, json};
 
 #[test]
@@ -13,7 +14,7 @@ fn the_spec_example_secret() {
     let resource = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "test-secret-1"},
         "type": "Opaque", "data": {"test": "dGVzdA=="}});
     let expected = r#"{"apiVersion":"v1","data":{"test":"dGVzdA=="},"kind":"Secret","metadata":{"name":"test-secret-1"},"type":"Opaque"}"#;
-    assert_eq!(String::from_utf8(go_json(&resource)).unwrap(), expected);
+    assert_eq!(go_json::unstructured(&resource), expected);
     let hash = "d32b7db4c8b12d4cc03ca0d9b3e89a9b501490dbb34f1c77ac858eab0818d8b7";
     assert_eq!(resource_hash(&resource), hash);
     assert_eq!(raw_resource_hash(expected.as_bytes()), hash);
@@ -24,7 +25,7 @@ fn escapes_and_numbers_as_go_writes_them() {
     let input = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x"},"data":{"html":"<b>a & b</b>","ctl":"\b\f\u0001\n\t\r\"\\","uni":"é\u2028\u2029😀"},"n":[1,1.5,100.0,1e21,1.5e-7,-2e-10,0,12345678901234]}"#;
     let resource: Value = serde_json::from_str(input).unwrap();
     let expected = r#"{"apiVersion":"v1","data":{"ctl":"\b\f\u0001\n\t\r\"\\","html":"\u003cb\u003ea \u0026 b\u003c/b\u003e","uni":"é\u2028\u2029😀"},"kind":"ConfigMap","metadata":{"name":"x"},"n":[1,1.5,100,1e+21,1.5e-7,-2e-10,0,12345678901234]}"#;
-    assert_eq!(String::from_utf8(go_json(&resource)).unwrap(), expected);
+    assert_eq!(go_json::unstructured(&resource), expected);
     assert_eq!(
         resource_hash(&resource),
         "ca4bf024de1d5aa1c5ec5dd8b1b0e21a4bb1b4d9a91a089e6b451cb546a7c2d7"

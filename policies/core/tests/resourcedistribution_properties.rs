@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::resourcedistribution::ResourceDistributionTargets;
 use kruise_api::{ResourceDistribution, Strictness, object_from_value};
+use kruise_core::go_json;
 use kruise_core::resourcedistribution::{
-    Action, Existing, NamespaceInfo, ReconcileInput, SYSTEM_NAMESPACES, go_json, plan,
-    target_namespaces,
+    Action, Existing, NamespaceInfo, ReconcileInput, SYSTEM_NAMESPACES, plan, target_namespaces,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -176,7 +176,7 @@ proptest! {
     #[test]
     fn go_json_is_json_of_the_same_value(map in proptest::collection::btree_map("[ -~\u{80}-\u{2030}]{0,6}", "[\u{0}-\u{7f}\u{2028}\u{2029}é]{0,10}", 0..6)) {
         let value = json!({"data": map, "n": [1, -2, 1.5]});
-        let bytes = go_json(&value);
+        let bytes = go_json::unstructured(&value).into_bytes();
         let parsed: Value = serde_json::from_slice(&bytes).unwrap();
         prop_assert_eq!(parsed, value);
         let text = String::from_utf8(bytes).unwrap();

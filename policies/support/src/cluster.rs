@@ -80,10 +80,14 @@ pub trait KruiseConfiguration {
 
 /// Whether a failed `get_resource` says the object does not exist. Hosts
 /// answer that with an error, not an empty object: ours with
-/// `pod "web-0" not found`, policy-server with the API server's
-/// `pods "web-0" not found` and its `NotFound` reason.
+/// `pod "web-0" not found`; policy-server with the API server's
+/// `pods "web-0" not found` and its `NotFound` reason, or, when it reads
+/// its watch cache (kwctl, policy-server's cached reads), with
+/// `Cannot find v1/ConfigMap named '…' inside of namespace '…'`.
 pub fn is_not_found(message: &str) -> bool {
-    message.contains("\" not found") || message.contains("NotFound")
+    message.contains("\" not found")
+        || message.contains("NotFound")
+        || message.contains("Cannot find ")
 }
 
 /// A `get_resource` answer as `T`, a not-found error as `None`.
@@ -239,6 +243,10 @@ mod tests {
         assert!(is_not_found("pod \"web-0\" not found"));
         assert!(is_not_found(
             "ApiError: pods \"web-0\" not found: NotFound (ErrorResponse { code: 404 })"
+        ));
+        assert!(is_not_found(
+            "Callback evaluation failure: Cannot find v1/ConfigMap named 'kruise-configuration' \
+             inside of namespace 'Some(\"kruise-system\")'"
         ));
         assert!(!is_not_found("v1 Pod is not watched by this host"));
         assert!(!is_not_found("no cluster in this test"));

@@ -5,19 +5,12 @@ use std::collections::BTreeMap;
 
 use kruise_api::SidecarSet;
 use kruise_api::sidecarset::{SidecarContainer, SidecarSetSpec};
-use serde::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::annotations::{HASH_ANNOTATION, HASH_WITHOUT_IMAGE_ANNOTATION};
+use crate::go_json::{self, types::SIDECARSET_HASH_INPUT};
 use crate::history::safe_encode;
-
-/// What is hashed. Field order equals Go's sorted map keys.
-#[derive(Serialize)]
-struct Hashed<'a> {
-    containers: &'a [SidecarContainer],
-    #[serde(rename = "initContainers", skip_serializing_if = "Option::is_none")]
-    init_containers: Option<&'a [SidecarContainer]>,
-}
 
 /// `(hash, hash without images)` of a (defaulted) SidecarSet spec.
 ///
@@ -28,9 +21,11 @@ struct Hashed<'a> {
 /// So volumes, pull secrets, selectors, strategies and patchPodMetadata do
 /// not affect it, nor do init containers when none is a native sidecar.
 ///
-/// The JSON is serde's rendering of our types, so the values are stable
-/// across our builds but not byte-equal to OpenKruise's (Go's field order
-/// differs); only equality between hashes we computed is meaningful.
+/// The JSON is written as Go's `encoding/json` writes OpenKruise's types
+/// ([`crate::go_json`]), so the hashes are OpenKruise's, byte for byte.
+/// Containers Go could not even decode (a quantity that does not parse,
+/// which validation refuses) are hashed over their unstructured JSON
+/// instead: stable, though OpenKruise has no hash to compare it with.
 pub fn sidecarset_hashes(spec: &SidecarSetSpec) -> (String, String) {
     let with_image = hash_containers(&spec.containers, &spec.init_containers);
     let blank = |containers: &[SidecarContainer]| -> Vec<SidecarContainer> {
@@ -79,16 +74,28 @@ fn hash_containers(
     containers: &[SidecarContainer],
     init_containers: &[SidecarContainer],
 ) -> String {
-    let hashed = Hashed {
-        containers,
-        init_containers: init_containers
-            .iter()
-            .any(SidecarContainer::is_native_sidecar)
-            .then_some(init_containers),
-    };
+    let mut input = serde_json::Map::new();
+    input.insert("containers".to_owned(), to_json(containers));
+    if init_containers
+        .iter()
+        .any(SidecarContainer::is_native_sidecar)
+    {
+        input.insert("initContainers".to_owned(), to_json(init_containers));
+    }
+    let input = Value::Object(input);
+    let json = go_json::typed(&input, &SIDECARSET_HASH_INPUT)
+        .unwrap_or_else(|_| go_json::unstructured(&input));
+    safe_encode(&hex(&Sha256::digest(json.as_bytes())))
+}
+
+/// Our containers as JSON; none (Go's nil slice, written `null`) when
+/// empty, as a spec without them decodes in Go.
+fn to_json(containers: &[SidecarContainer]) -> Value {
+    if containers.is_empty() {
+        return Value::Null;
+    }
     // Plain structs with string-keyed maps always serialize.
-    let json = serde_json::to_vec(&hashed).unwrap_or_default();
-    safe_encode(&hex(&Sha256::digest(&json)))
+    serde_json::to_value(containers).unwrap_or_default()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -141,18 +148,21 @@ mod tests {
 
     #[test]
     fn hash_of_known_json() {
-        // echo -n '{"containers":[{"image":"a:1","name":"a"}]}' | sha256sum, then
-        // each hex digit mapped through the alphabet (computed outside this crate).
+        // Go writes the container in its struct order, with its empty
+        // structs: echo -n '{"containers":[{"name":"a","image":"a:1",
+        // "resources":{},"upgradeStrategy":{},"shareVolumePolicy":{}}]}'
+        // (one line) | sha256sum, then each hex digit mapped through the
+        // alphabet (computed outside this crate).
         let (hash, _) = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
         assert_eq!(hash, EXPECTED_A1);
-        // Without the image the JSON is {"containers":[{"name":"a"}]}.
+        // Without the image, the same less `"image":"a:1",`.
         let (_, without_image) = sidecarset_hashes(&spec(vec![sidecar("a", "a:1")]));
         assert_eq!(without_image, EXPECTED_A_NO_IMAGE);
     }
 
-    const EXPECTED_A1: &str = "655cx975xw5bxzcx2xw4x8xf7524vbvvdfwcd888zbx5d8w9f4z742xxzb46w7x9";
+    const EXPECTED_A1: &str = "c9fv2665w5w2bv86445v78f542x5cvvb5v2z75z98647z6wbw45zcbw99v256582";
     const EXPECTED_A_NO_IMAGE: &str =
-        "b2z7dvczvw95d752zfc28845564vf7bw4zvb425xv6bv7b8df54f7fw75897bxvc";
+        "49x48b4xwc2d7b4vxfcxwvdvcdbzx5cv54cw8z76b2572f6bw6z2xz54dzd5wzd4";
 
     #[test]
     fn hashes_are_64_safe_characters() {

@@ -1,0 +1,357 @@
+//! OpenKruise v1.9.0's own pod webhook on 150 recorded cases
+//! (policies/fixtures/openkruise-v1.9.0/webhook-cases): each pod through
+//! our SidecarSet injection and launch priority, as the webhook chain runs
+//! them, with the SidecarSets OpenKruise stored, gives OpenKruise's pod.
+//!
+//! Apart from what the recording's README says is not a difference, each
+//! asserted narrowly:
+//! * the hash records' `updateTimestamp` (the wall clock);
+//! * the random suffix of a pod named from `generateName` (and the barrier
+//!   ConfigMap named after it): both are the prefix and 5 letters of
+//!   Kubernetes' alphabet;
+//! * the relative order of containers, volumes and pull secrets from
+//!   different SidecarSets: the same items, the pod's own at the same
+//!   places, each SidecarSet's in its own order.
+//!
+//! And one deliberate difference: where two sidecars of the same name would
+//! be injected (which OpenKruise's SidecarSet validation refuses, so such
+//! SidecarSets cannot exist together), we refuse the pod naming both,
+//! where OpenKruise lets the last one win; the test checks that our
+//! validation refuses those SidecarSets too.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::{SidecarSet, Strictness, object_from_value};
+use kruise_core::launch_priority;
+use kruise_core::sidecarset::validation::{ClusterView, validate};
+use kruise_core::sidecarset::{InjectionContext, inject};
+use serde_json::Value;
+
+fn cases() -> Vec<(String, Value)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/openkruise-v1.9.0/webhook-cases");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, serde_json::from_str(&text).unwrap())
+        })
+        .collect()
+}
+
+/// Our answer: the pod, or the refusal's message.
+fn ours(input: &Value, stored: &[Value]) -> Result<Value, String> {
+    let sidecar_sets: Vec<SidecarSet> = stored
+        .iter()
+        .map(|s| object_from_value(s.clone(), Strictness::Lenient).unwrap())
+        .collect();
+    let namespace = input["namespace"].as_str().unwrap();
+    let labels: Option<BTreeMap<String, String>> = input["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == namespace)
+        .map(|n| serde_json::from_value(n["labels"].clone()).unwrap_or_default());
+    let pod: Pod = serde_json::from_value(input["pod"].clone()).unwrap();
+    let context = InjectionContext {
+        sidecar_sets: &sidecar_sets,
+        namespace_labels: labels.as_ref(),
+        request_namespace: Some(namespace),
+        now: "2026-01-01T00:00:00Z",
+        revisions: &[],
+        random_draw: None,
+    };
+    let injected = inject(&pod, &context).map_err(|e| e.to_string())?.pod;
+    let launched = launch_priority::apply(&injected, "bcdfg")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(injected);
+    Ok(serde_json::to_value(launched).unwrap())
+}
+
+const NAME_ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
+
+/// The hash records without their wall-clock `updateTimestamp`.
+fn without_timestamps(pod: &mut Value) {
+    for key in [
+        "kruise.io/sidecarset-hash",
+        "kruise.io/sidecarset-hash-without-image",
+    ] {
+        let Some(text) = pod["metadata"]["annotations"]
+            .get(key)
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let mut records: Value = serde_json::from_str(text).unwrap();
+        for record in records.as_object_mut().unwrap().values_mut() {
+            assert!(record["updateTimestamp"].is_string(), "{record}");
+            record.as_object_mut().unwrap().remove("updateTimestamp");
+        }
+        pod["metadata"]["annotations"][key] = records;
+    }
+}
+
+/// A pod named from `generateName`: both names are the prefix and five
+/// letters of the alphabet; theirs is then written as ours, in the name
+/// and in the barrier ConfigMap references.
+fn same_generated_name(input: &Value, ours: &Value, theirs: &mut Value) {
+    let Some(prefix) = input["metadata"]["generateName"].as_str() else {
+        return;
+    };
+    if input["metadata"]["name"].is_string() {
+        return;
+    }
+    let (Some(our_name), Some(their_name)) = (
+        ours["metadata"]["name"].as_str(),
+        theirs["metadata"]["name"].as_str().map(str::to_owned),
+    ) else {
+        assert_eq!(ours["metadata"]["name"], theirs["metadata"]["name"]);
+        return;
+    };
+    for name in [our_name, their_name.as_str()] {
+        let suffix = name.strip_prefix(prefix).unwrap_or_default();
+        assert!(
+            suffix.len() == 5 && suffix.chars().all(|c| NAME_ALPHABET.contains(c)),
+            "{name} from {prefix}"
+        );
+    }
+    theirs["metadata"]["name"] = Value::from(our_name);
+    let (their_barrier, our_barrier) = (
+        format!("{their_name}-barrier"),
+        format!("{our_name}-barrier"),
+    );
+    for container in theirs["spec"]["containers"].as_array_mut().unwrap() {
+        for env in container["env"].as_array_mut().into_iter().flatten() {
+            let reference = env.pointer_mut("/valueFrom/configMapKeyRef/name");
+            if let Some(reference) = reference.filter(|r| r.as_str() == Some(&their_barrier)) {
+                *reference = Value::from(our_barrier.as_str());
+            }
+        }
+    }
+}
+
+/// Where each named item of `list` comes from: the pod itself, or the one
+/// SidecarSet that has an item of that name (several: shared).
+fn origin(name: &str, list: &str, input: &Value, stored: &[Value]) -> String {
+    let has = |items: &Value| {
+        items
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i["name"] == name))
+    };
+    if has(&input["spec"][list]) {
+        return "pod".to_owned();
+    }
+    let owners: Vec<&str> = stored
+        .iter()
+        .filter(|s| has(&s["spec"][list]))
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    match owners.as_slice() {
+        [one] => (*one).to_owned(),
+        _ => "shared".to_owned(),
+    }
+}
+
+/// The same items in each list, the pod's own at the same places, and each
+/// SidecarSet's in the same order; theirs is then written in our order.
+fn same_items_in_allowed_order(input: &Value, stored: &[Value], ours: &Value, theirs: &mut Value) {
+    ordered_barriers_by_place(theirs, true);
+    for (list, source) in [
+        ("containers", "containers"),
+        ("initContainers", "initContainers"),
+        ("volumes", "volumes"),
+        ("imagePullSecrets", "imagePullSecrets"),
+    ] {
+        let (Some(our_items), Some(their_items)) = (
+            ours["spec"][list].as_array(),
+            theirs["spec"][list].as_array(),
+        ) else {
+            continue;
+        };
+        let name_of = |item: &Value| item["name"].as_str().unwrap_or_default().to_owned();
+        let by_name: BTreeMap<String, Value> = their_items
+            .iter()
+            .map(|i| (name_of(i), i.clone()))
+            .collect();
+        let our_names: Vec<String> = our_items.iter().map(name_of).collect();
+        let their_names: Vec<String> = their_items.iter().map(name_of).collect();
+        assert_eq!(
+            our_names.iter().collect::<BTreeSet<_>>(),
+            their_names.iter().collect::<BTreeSet<_>>(),
+            "{list}"
+        );
+        let origins = |names: &[String]| -> Vec<String> {
+            let source_list = if source == "imagePullSecrets" {
+                "imagePullSecrets"
+            } else {
+                list
+            };
+            names
+                .iter()
+                .map(|n| origin(n, source_list, &input["pod"], stored))
+                .collect()
+        };
+        let (our_origins, their_origins) = (origins(&our_names), origins(&their_names));
+        // The pod's own items at the same places.
+        let pod_places =
+            |origins: &[String]| -> Vec<bool> { origins.iter().map(|o| o == "pod").collect() };
+        assert_eq!(
+            pod_places(&our_origins),
+            pod_places(&their_origins),
+            "{list}: the pod's own items"
+        );
+        // Each SidecarSet's items in the same order.
+        for owner in our_origins.iter().collect::<BTreeSet<_>>() {
+            let of = |names: &[String], origins: &[String]| -> Vec<String> {
+                names
+                    .iter()
+                    .zip(origins)
+                    .filter(|(_, o)| *o == owner)
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            };
+            assert_eq!(
+                of(&our_names, &our_origins),
+                of(&their_names, &their_origins),
+                "{list}: the order of {owner}'s items"
+            );
+        }
+        theirs["spec"][list] = our_names.iter().map(|n| by_name[n].clone()).collect();
+    }
+    ordered_barriers_by_place(theirs, false);
+}
+
+const ORDERED: &str = "apps.kruise.io/container-launch-priority";
+
+/// Under `container-launch-priority: Ordered` each container waits for the
+/// key of its place (`p_0`, `p_-1`, ...); `check` asserts the keys are so,
+/// otherwise they are written so (after theirs is put in our order).
+fn ordered_barriers_by_place(pod: &mut Value, check: bool) {
+    if pod["metadata"]["annotations"][ORDERED] != "Ordered" {
+        return;
+    }
+    let containers = pod["spec"]["containers"].as_array_mut().unwrap();
+    for (index, container) in containers.iter_mut().enumerate() {
+        let place = if index == 0 {
+            "p_0".to_owned()
+        } else {
+            format!("p_-{index}")
+        };
+        for env in container["env"].as_array_mut().into_iter().flatten() {
+            if env["name"] == launch_priority::BARRIER_ENV {
+                let key = env.pointer_mut("/valueFrom/configMapKeyRef/key").unwrap();
+                if check {
+                    assert_eq!(key.as_str(), Some(place.as_str()));
+                } else {
+                    *key = Value::from(place.as_str());
+                }
+            }
+        }
+    }
+}
+
+/// Our SidecarSet validation refuses one of `stored`, judged against the
+/// others (so they could not all be in our cluster).
+fn our_validation_refuses_one_of(stored: &[Value]) -> bool {
+    let sets: Vec<SidecarSet> = stored
+        .iter()
+        .map(|s| object_from_value(s.clone(), Strictness::Lenient).unwrap())
+        .collect();
+    sets.iter().enumerate().any(|(index, set)| {
+        let others: Vec<SidecarSet> = sets[..index].to_vec();
+        let view = ClusterView {
+            sidecar_sets: &others,
+            ..ClusterView::default()
+        };
+        !validate(set, None, view).is_empty()
+    })
+}
+
+#[test]
+fn openkruise_v1_9_pod_webhook_cases() {
+    let cases = cases();
+    assert_eq!(cases.len(), 150);
+    let (mut same, mut conflicts, mut refused) = (0, 0, 0);
+    for (name, case) in cases {
+        let expected = &case["openkruise"];
+        let stored = expected["storedSidecarSets"].as_array().unwrap();
+        let answer = ours(&case["input"], stored);
+        match (expected["allowed"].as_bool().unwrap(), answer) {
+            (true, Ok(mut pod)) => {
+                let mut theirs = expected["pod"].clone();
+                without_timestamps(&mut pod);
+                without_timestamps(&mut theirs);
+                same_generated_name(&case["input"]["pod"], &pod, &mut theirs);
+                same_items_in_allowed_order(&case["input"], stored, &pod, &mut theirs);
+                let differences = differences(&pod, &theirs);
+                assert!(
+                    differences.is_empty(),
+                    "{name}:\n  {}",
+                    differences.join("\n  ")
+                );
+                same += 1;
+            }
+            (true, Err(message)) => {
+                assert!(
+                    message.contains("container names must be unique"),
+                    "{name}: {message}"
+                );
+                assert!(our_validation_refuses_one_of(stored), "{name}: {message}");
+                conflicts += 1;
+            }
+            (false, Err(message)) => {
+                // A merge patch on an annotation that is not JSON.
+                let theirs = expected["message"].as_str().unwrap();
+                assert!(
+                    theirs.contains("JSON") && message.contains("JSON"),
+                    "{name}: {message} / {theirs}"
+                );
+                refused += 1;
+            }
+            (false, Ok(_)) => panic!(
+                "{name}: accepted; OpenKruise refused: {}",
+                expected["message"]
+            ),
+        }
+    }
+    assert_eq!((same, conflicts, refused), (147, 2, 1));
+}
+
+/// Where two JSON values differ, one line per path.
+fn differences(ours: &Value, theirs: &Value) -> Vec<String> {
+    fn walk(ours: &Value, theirs: &Value, at: &str, out: &mut Vec<String>) {
+        match (ours, theirs) {
+            (Value::Object(a), Value::Object(b)) => {
+                for key in a.keys().chain(b.keys()).collect::<BTreeSet<_>>() {
+                    let (x, y) = (a.get(key), b.get(key));
+                    walk(
+                        x.unwrap_or(&Value::Null),
+                        y.unwrap_or(&Value::Null),
+                        &format!("{at}.{key}"),
+                        out,
+                    );
+                }
+            }
+            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+                for (index, (x, y)) in a.iter().zip(b).enumerate() {
+                    walk(x, y, &format!("{at}[{index}]"), out);
+                }
+            }
+            _ if ours == theirs => {}
+            _ => out.push(format!("{at}: ours {ours}, OpenKruise's {theirs}")),
+        }
+    }
+    let mut out = Vec::new();
+    walk(ours, theirs, "", &mut out);
+    out
+}
