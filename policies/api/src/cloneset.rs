@@ -204,8 +204,17 @@ impl CloneSet {
     /// spec, for the pod template, and `status.phase: Pending` for each
     /// volume claim template. OpenKruise applies them on create, and on
     /// update only when the template changed.
+    ///
+    /// One difference from the API server's: an app container (not an init
+    /// container) without `imagePullPolicy` gets `Always`, whatever its
+    /// image tag, as OpenKruise's template defaults do.
     pub fn set_template_defaults(&mut self) {
         if let Some(spec) = &mut self.spec.template.spec {
+            for container in &mut spec.containers {
+                container
+                    .image_pull_policy
+                    .get_or_insert_with(|| "Always".to_owned());
+            }
             crate::pod_defaults::default_pod_spec(spec);
         }
         for claim in &mut self.spec.volume_claim_templates {
@@ -218,11 +227,13 @@ impl CloneSet {
 impl KruiseObject for CloneSet {
     /// OpenKruise's CloneSet defaulting (v1alpha1): replicas 1, 10 revisions
     /// kept, ReCreate, partition 0, maxUnavailable 20%, maxSurge 0, and an
-    /// empty in-place strategy for the in-place types.
+    /// empty in-place strategy for the in-place types. An unset scale
+    /// strategy is stored as `{}`, as Go writes the empty struct.
     fn set_defaults(&mut self) {
         let spec = &mut self.spec;
         spec.replicas.get_or_insert(1);
         spec.revision_history_limit.get_or_insert(10);
+        spec.scale_strategy.get_or_insert_with(Default::default);
         let strategy = spec.update_strategy.get_or_insert_with(Default::default);
         let type_ = *strategy
             .type_

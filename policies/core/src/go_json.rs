@@ -32,6 +32,10 @@ pub enum GoType {
     Quantity,
     /// `intstr.IntOrString`: a struct (never empty), written as its value.
     IntOrString,
+    /// `metav1.Time`: a struct (never empty), `null` when zero.
+    Time,
+    /// A type not described further: written as given, keys sorted.
+    Any,
     Ptr(&'static GoType),
     Slice(&'static GoType),
     /// A map with string keys, written sorted.
@@ -86,6 +90,14 @@ pub fn typed(value: &Value, go_type: &GoType) -> Result<String, String> {
     Ok(out)
 }
 
+/// What Go's decoder would read back from [`typed`]'s output: `value`
+/// with Go's zero values filled in and fields Go lacks dropped, as a
+/// value again (for comparing, or for building untyped JSON from it).
+pub fn as_go_value(value: &Value, go_type: &GoType) -> Result<Value, String> {
+    let text = typed(value, go_type)?;
+    serde_json::from_str(&text).map_err(|e| format!("re-reading Go's JSON: {e}"))
+}
+
 /// Writes `value` (`None` or null: Go's zero value) as `go_type`.
 fn write_typed(
     out: &mut String,
@@ -97,7 +109,9 @@ fn write_typed(
     let mismatch = || format!("{path}: {value:?} is not a Go {go_type:?}");
     match (go_type, value) {
         (GoType::String, None) => out.push_str("\"\""),
-        (GoType::String | GoType::IntOrString, Some(Value::String(s))) => write_string(out, s),
+        (GoType::String | GoType::IntOrString | GoType::Time, Some(Value::String(s))) => {
+            write_string(out, s);
+        }
         (GoType::Bool, None) => out.push_str("false"),
         (GoType::Bool, Some(Value::Bool(b))) => out.push_str(if *b { "true" } else { "false" }),
         (GoType::Int | GoType::IntOrString, None) => out.push('0'),
@@ -114,7 +128,10 @@ fn write_typed(
             let quantity = Quantity::parse(&text.0).map_err(|e| format!("{path}: {e}"))?;
             write_string(out, &quantity.to_string());
         }
-        (GoType::Ptr(_) | GoType::Slice(_) | GoType::Map(_), None) => out.push_str("null"),
+        (GoType::Time | GoType::Any | GoType::Ptr(_) | GoType::Slice(_) | GoType::Map(_), None) => {
+            out.push_str("null");
+        }
+        (GoType::Any, Some(value)) => write_unstructured(out, value),
         (GoType::Ptr(inner), Some(_)) => write_typed(out, value, inner, path)?,
         (GoType::Slice(item), Some(Value::Array(items))) => {
             out.push('[');
@@ -201,7 +218,7 @@ fn is_empty(value: Option<&Value>, go_type: &GoType) -> bool {
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return !matches!(
             go_type,
-            GoType::Struct(_) | GoType::Quantity | GoType::IntOrString
+            GoType::Struct(_) | GoType::Quantity | GoType::IntOrString | GoType::Time
         );
     };
     match (go_type, value) {

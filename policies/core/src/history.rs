@@ -15,10 +15,11 @@ pub fn safe_encode(text: &str) -> String {
 }
 
 /// `HashControllerRevision`: FNV-1 (Go's `fnv.New32`, 32 bit) over the
-/// payload's JSON and the collision count, printed in decimal and
-/// safe-encoded.
+/// payload's JSON as Go writes it and the collision count, printed in
+/// decimal and safe-encoded.
 pub fn controller_revision_hash(data: &Value, collision_count: i32) -> String {
-    let bytes = serde_json::to_vec(data).unwrap_or_default();
+    let json = crate::go_json::unstructured(data);
+    let bytes = json.as_bytes();
     let probe = collision_count.to_string();
     let hash = bytes
         .iter()

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::Revisions;
 use super::pod_state::{revision_label, short_hash};
+use crate::go_json::{self, types::POD_TEMPLATE_SPEC};
 use crate::owner::controller_reference;
 
 /// Label Kubernetes puts on revisions: the hash part of the name.
@@ -40,9 +41,15 @@ pub struct RevisionPlan {
     pub delete: Vec<String>,
 }
 
-/// The payload Kubernetes' history keeps for a CloneSet: its template only.
+/// The payload Kubernetes' history keeps for a CloneSet: its template
+/// only, as OpenKruise writes it (Go's JSON of the template, so with its
+/// zero values: `"creationTimestamp":null`, `"resources":{}`), so the
+/// revision of a template has OpenKruise's name.
 pub fn revision_data(template: &PodTemplateSpec) -> Value {
-    let mut template = serde_json::to_value(template).unwrap_or(Value::Null);
+    let value = serde_json::to_value(template).unwrap_or(Value::Null);
+    // A template Go could not decode (a quantity that does not parse) is
+    // kept as it is: OpenKruise would have no revision to compare with.
+    let mut template = go_json::as_go_value(&value, &POD_TEMPLATE_SPEC).unwrap_or(value);
     if let Some(map) = template.as_object_mut() {
         map.insert("$patch".to_owned(), json!("replace"));
     }
@@ -85,9 +92,14 @@ pub fn plan_revisions(
         .collect();
     let number = |r: &ControllerRevision| r.revision.unwrap_or(0);
     let newest = existing.iter().map(number).max().unwrap_or(0);
+    // The same template however its revision spells it (written by
+    // OpenKruise, or by an older version of ours without Go's zero values).
+    let holds_template = |r: &ControllerRevision| {
+        r.data.0 == data || template_of(r).is_some_and(|t| revision_data(&t) == data)
+    };
     let equal = existing
         .iter()
-        .filter(|r| r.data.0 == data)
+        .filter(|r| holds_template(r))
         .max_by_key(|r| number(r));
 
     let (update, write) = if let Some(found) = equal {

@@ -2,7 +2,7 @@
 //! v0.32 (the version OpenKruise v1.9 builds with) and OpenKruise's
 //! `apis/apps/v1alpha1` declare them: order, `omitempty`, embedded structs.
 
-use super::GoType::{Bool, Int, IntOrString, Map, Ptr, Quantity, Slice, String, Struct};
+use super::GoType::{Any, Bool, Int, IntOrString, Map, Ptr, Quantity, Slice, String, Struct, Time};
 use super::{Field, GoType, field, omit_empty};
 
 const STRINGS: GoType = Slice(&String);
@@ -174,6 +174,8 @@ const SECURITY_CONTEXT: GoType = Struct(&[
     omit_empty("appArmorProfile", Ptr(&PROFILE)),
 ]);
 
+const ANY: GoType = Any;
+
 /// `corev1.Container`'s fields.
 const CONTAINER: &[Field] = &[
     field("name", String),
@@ -256,4 +258,76 @@ pub const SIDECAR_CONTAINER: GoType = Struct(&[
 pub const SIDECARSET_HASH_INPUT: GoType = Struct(&[
     field("containers", Slice(&SIDECAR_CONTAINER)),
     omit_empty("initContainers", Slice(&SIDECAR_CONTAINER)),
+]);
+
+const CONTAINER_TYPE: GoType = Struct(CONTAINER);
+
+/// `metav1.ObjectMeta`.
+const OBJECT_META: GoType = Struct(&[
+    omit_empty("name", String),
+    omit_empty("generateName", String),
+    omit_empty("namespace", String),
+    omit_empty("selfLink", String),
+    omit_empty("uid", String),
+    omit_empty("resourceVersion", String),
+    omit_empty("generation", Int),
+    omit_empty("creationTimestamp", Time),
+    omit_empty("deletionTimestamp", Ptr(&Time)),
+    omit_empty("deletionGracePeriodSeconds", Ptr(&Int)),
+    omit_empty("labels", Map(&String)),
+    omit_empty("annotations", Map(&String)),
+    omit_empty("ownerReferences", Slice(&ANY)),
+    omit_empty("finalizers", STRINGS),
+    omit_empty("managedFields", Slice(&ANY)),
+]);
+
+/// `corev1.PodSpec`, its containers described in full, its other fields
+/// by their outer kind (enough for Go's `omitempty`).
+const POD_SPEC: GoType = Struct(&[
+    omit_empty("volumes", Slice(&ANY)),
+    omit_empty("initContainers", Slice(&CONTAINER_TYPE)),
+    field("containers", Slice(&CONTAINER_TYPE)),
+    omit_empty("ephemeralContainers", Slice(&ANY)),
+    omit_empty("restartPolicy", String),
+    omit_empty("terminationGracePeriodSeconds", Ptr(&ANY)),
+    omit_empty("activeDeadlineSeconds", Ptr(&ANY)),
+    omit_empty("dnsPolicy", String),
+    omit_empty("nodeSelector", Map(&ANY)),
+    omit_empty("serviceAccountName", String),
+    omit_empty("serviceAccount", String),
+    omit_empty("automountServiceAccountToken", Ptr(&ANY)),
+    omit_empty("nodeName", String),
+    omit_empty("hostNetwork", Bool),
+    omit_empty("hostPID", Bool),
+    omit_empty("hostIPC", Bool),
+    omit_empty("shareProcessNamespace", Ptr(&ANY)),
+    omit_empty("securityContext", Ptr(&ANY)),
+    omit_empty("imagePullSecrets", Slice(&ANY)),
+    omit_empty("hostname", String),
+    omit_empty("subdomain", String),
+    omit_empty("affinity", Ptr(&ANY)),
+    omit_empty("schedulerName", String),
+    omit_empty("tolerations", Slice(&ANY)),
+    omit_empty("hostAliases", Slice(&ANY)),
+    omit_empty("priorityClassName", String),
+    omit_empty("priority", Ptr(&ANY)),
+    omit_empty("dnsConfig", Ptr(&ANY)),
+    omit_empty("readinessGates", Slice(&ANY)),
+    omit_empty("runtimeClassName", Ptr(&ANY)),
+    omit_empty("enableServiceLinks", Ptr(&ANY)),
+    omit_empty("preemptionPolicy", Ptr(&ANY)),
+    omit_empty("overhead", RESOURCE_LIST),
+    omit_empty("topologySpreadConstraints", Slice(&ANY)),
+    omit_empty("setHostnameAsFQDN", Ptr(&ANY)),
+    omit_empty("os", Ptr(&ANY)),
+    omit_empty("hostUsers", Ptr(&ANY)),
+    omit_empty("schedulingGates", Slice(&ANY)),
+    omit_empty("resourceClaims", Slice(&ANY)),
+    omit_empty("resources", Ptr(&ANY)),
+]);
+
+/// `corev1.PodTemplateSpec`, as a CloneSet's revision holds it.
+pub const POD_TEMPLATE_SPEC: GoType = Struct(&[
+    omit_empty("metadata", OBJECT_META),
+    omit_empty("spec", POD_SPEC),
 ]);
