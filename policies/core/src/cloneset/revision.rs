@@ -56,13 +56,25 @@ pub fn revision_data(template: &PodTemplateSpec) -> Value {
     json!({ "spec": { "template": template } })
 }
 
-/// The template a revision holds.
+/// The template a revision holds, in the one spelling every template is
+/// compared in ([`as_stored`]), whoever wrote the revision.
 pub fn template_of(revision: &ControllerRevision) -> Option<PodTemplateSpec> {
-    let mut template = revision.data.0.get("spec")?.get("template")?.clone();
+    template_in(&revision.data.0).map(|template| as_stored(&template))
+}
+
+fn template_in(data: &Value) -> Option<PodTemplateSpec> {
+    let mut template = data.get("spec")?.get("template")?.clone();
     if let Some(map) = template.as_object_mut() {
         map.remove("$patch");
     }
     serde_json::from_value(template).ok()
+}
+
+/// `template` as a revision holds it, read back: Go's zero values filled
+/// in (`resources: {}`), so that templates from revisions and from the
+/// CloneSet differ only where they really differ.
+fn as_stored(template: &PodTemplateSpec) -> PodTemplateSpec {
+    template_in(&revision_data(template)).unwrap_or_else(|| template.clone())
 }
 
 /// The revision hash of a payload (Kubernetes' `HashControllerRevision`).
@@ -95,7 +107,7 @@ pub fn plan_revisions(
     // The same template however its revision spells it (written by
     // OpenKruise, or by an older version of ours without Go's zero values).
     let holds_template = |r: &ControllerRevision| {
-        r.data.0 == data || template_of(r).is_some_and(|t| revision_data(&t) == data)
+        r.data.0 == data || template_in(&r.data.0).is_some_and(|t| revision_data(&t) == data)
     };
     let equal = existing
         .iter()
@@ -137,7 +149,7 @@ pub fn plan_revisions(
         .iter()
         .filter_map(|r| Some((r.metadata.name.clone()?, template_of(r)?)))
         .collect();
-    templates.insert(update.clone(), cloneset.spec.template.clone());
+    templates.insert(update.clone(), as_stored(&cloneset.spec.template));
     let limit = cloneset.spec.revision_history_limit.unwrap_or(10);
     let delete = history_to_delete(existing, pods, [&current, &update], limit);
     RevisionPlan {
