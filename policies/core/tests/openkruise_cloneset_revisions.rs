@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+mod openkruise_recorded;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::{CloneSet, KruiseObject, Strictness, object_from_value};
@@ -14,19 +14,8 @@ use kruise_core::cloneset::revision::{
     RevisionWrite, plan_revisions, revision_data, revision_hash,
 };
 use kruise_core::go_json::{self, types::POD_TEMPLATE_SPEC};
+use openkruise_recorded::cloneset_revisions;
 use serde_json::{Value, json};
-
-fn recorded() -> Vec<(String, Value)> {
-    (0..3)
-        .map(|index| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
-                "../fixtures/openkruise-v1.9.0/cloneset-revisions/cs{index}.json"
-            ));
-            let text = std::fs::read_to_string(&path).unwrap();
-            (format!("cs{index}"), serde_json::from_str(&text).unwrap())
-        })
-        .collect()
-}
 
 /// The CloneSet as our defaulting module stores it on create.
 fn defaulted(input: &Value) -> CloneSet {
@@ -38,7 +27,7 @@ fn defaulted(input: &Value) -> CloneSet {
 
 #[test]
 fn we_store_the_cloneset_openkruise_stores() {
-    for (name, case) in recorded() {
+    for (name, case) in cloneset_revisions() {
         let ours = serde_json::to_value(defaulted(&case["input"])).unwrap();
         let theirs = &case["openkruise"]["defaultedCloneSet"];
         let template =
@@ -59,7 +48,7 @@ fn we_store_the_cloneset_openkruise_stores() {
 
 #[test]
 fn our_revision_is_openkruises_byte_for_byte() {
-    for (name, case) in recorded() {
+    for (name, case) in cloneset_revisions() {
         let set = defaulted(&case["input"]);
         let data = revision_data(&set.spec.template);
         let theirs = &case["openkruise"];
@@ -83,7 +72,7 @@ fn our_revision_is_openkruises_byte_for_byte() {
 /// second revision, so no pod looks outdated.
 #[test]
 fn a_revision_openkruise_wrote_is_recognised() {
-    for (name, case) in recorded() {
+    for (name, case) in cloneset_revisions() {
         let set = defaulted(&case["input"]);
         let theirs = &case["openkruise"];
         let data: Value = serde_json::from_str(theirs["revisionData"].as_str().unwrap()).unwrap();

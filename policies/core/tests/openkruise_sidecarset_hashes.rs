@@ -5,39 +5,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+mod openkruise_recorded;
 
 use kruise_api::{KruiseObject, SidecarSet, Strictness, object_from_value};
 use kruise_core::go_json::{self, GoType, types::SIDECAR_CONTAINER};
 use kruise_core::sidecarset::{sidecarset_hashes, stamp_hashes};
+use openkruise_recorded::webhook_cases;
 use serde_json::Value;
 
 const HASH: &str = "kruise.io/sidecarset-hash";
 const HASH_WITHOUT_IMAGE: &str = "kruise.io/sidecarset-hash-without-image";
 
-/// Every recorded case, by file name.
-fn cases() -> Vec<(String, Value)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/openkruise-v1.9.0/webhook-cases");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, serde_json::from_str(&text).unwrap())
-        })
-        .collect()
-}
-
 /// Each SidecarSet OpenKruise stored, with the case it comes from.
 fn stored() -> Vec<(String, Value)> {
     let mut all = Vec::new();
-    for (case, file) in cases() {
+    for (case, file) in webhook_cases() {
         for set in file["openkruise"]["storedSidecarSets"].as_array().unwrap() {
             all.push((format!("{case} {}", set["metadata"]["name"]), set.clone()));
         }
@@ -72,7 +54,7 @@ fn every_recorded_hash_is_ours_byte_for_byte() {
 #[test]
 fn our_defaults_store_what_openkruise_stores() {
     let mut compared = 0;
-    for (case, file) in cases() {
+    for (case, file) in webhook_cases() {
         let inputs = file["input"]["sidecarSets"].as_array().unwrap();
         let outputs = file["openkruise"]["storedSidecarSets"].as_array().unwrap();
         assert_eq!(inputs.len(), outputs.len(), "{case}");

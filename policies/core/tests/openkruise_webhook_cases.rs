@@ -21,33 +21,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+mod openkruise_recorded;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{SidecarSet, Strictness, object_from_value};
 use kruise_core::launch_priority;
 use kruise_core::sidecarset::validation::{ClusterView, validate};
 use kruise_core::sidecarset::{InjectionContext, inject};
+use openkruise_recorded::webhook_cases;
 use serde_json::Value;
-
-fn cases() -> Vec<(String, Value)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/openkruise-v1.9.0/webhook-cases");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, serde_json::from_str(&text).unwrap())
-        })
-        .collect()
-}
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Our answer: the pod, or the refusal's message.
 fn ours(input: &Value, stored: &[Value]) -> Result<Value, String> {
@@ -279,7 +262,7 @@ fn our_validation_refuses_one_of(stored: &[Value]) -> bool {
 
 #[test]
 fn openkruise_v1_9_pod_webhook_cases() {
-    let cases = cases();
+    let cases = webhook_cases();
     assert_eq!(cases.len(), 150);
     let (mut same, mut conflicts, mut refused) = (0, 0, 0);
     for (name, case) in cases {
