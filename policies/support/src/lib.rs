@@ -18,8 +18,23 @@ pub use kubewarden_policy_sdk;
 /// registers the policy's `validate` and `validate_settings` operations
 /// (each `fn(&[u8]) -> Result<Vec<u8>, String>`) and the SDK's
 /// `protocol_version`. Expands to nothing outside wasm.
+///
+/// A policy that reads the cluster names its
+/// `fn(&[u8], &impl ...) -> Result<Vec<u8>, String>` as
+/// `validate_reading_cluster`: it is called with the host's cluster
+/// ([`cluster::HostCluster`]).
 #[macro_export]
 macro_rules! export_policy {
+    (validate_reading_cluster: $validate:path, validate_settings: $validate_settings:path $(,)?) => {
+        #[cfg(target_arch = "wasm32")]
+        fn validate_reading_host_cluster(payload: &[u8]) -> Result<Vec<u8>, String> {
+            $validate(payload, &$crate::cluster::HostCluster)
+        }
+        $crate::export_policy!(
+            validate: validate_reading_host_cluster,
+            validate_settings: $validate_settings,
+        );
+    };
     (validate: $validate:path, validate_settings: $validate_settings:path $(,)?) => {
         /// The host calls this export to let the guest register its operations.
         #[cfg(target_arch = "wasm32")]

@@ -110,16 +110,7 @@ pub fn validate_payload<C: Cluster + KruiseConfiguration>(
     kruise_policy_support::answer_without_settings(payload, |request| evaluate(request, cluster))
 }
 
-#[cfg(target_arch = "wasm32")]
-mod guest {
-    use kruise_policy_support::cluster::HostCluster;
-
-    kruise_policy_support::export_policy!(
-        validate: validate,
-        validate_settings: crate::validate_settings,
-    );
-
-    fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
-        crate::validate_payload(payload, &HostCluster)
-    }
-}
+kruise_policy_support::export_policy!(
+    validate_reading_cluster: validate_payload,
+    validate_settings: validate_settings,
+);
