@@ -203,42 +203,36 @@ impl DevCluster {
         ]
     }
 
-    /// Ready means: the API answers and the controller-manager has made the
-    /// `default` ServiceAccount that pods need.
     /// Waits until the API server serves and has published the
     /// `extension-apiserver-authentication` ConfigMap its clients read.
     async fn wait_serving(&mut self) -> Result<(), StartError> {
-        let started = Instant::now();
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
-        let mut last = String::from("not asked yet");
-        while started.elapsed() < READY_DEADLINE {
-            for component in &mut self.components {
-                if let Some(message) = component.exited() {
-                    return Err(StartError::Component(message));
-                }
-            }
-            match config_maps
-                .get_opt("extension-apiserver-authentication")
-                .await
-            {
-                Ok(Some(_)) => return Ok(()),
-                Ok(None) => {
-                    "no extension-apiserver-authentication ConfigMap yet".clone_into(&mut last);
-                }
-                Err(error) => last = error.to_string(),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(StartError::NotReady {
-            seconds: READY_DEADLINE.as_secs(),
-            last,
-            logs: self.work_dir.display().to_string(),
-        })
+        let name = "extension-apiserver-authentication";
+        self.wait_until_exists(&config_maps, name, Duration::from_millis(100))
+            .await
     }
 
+    /// Ready means: the API answers and the controller-manager has made the
+    /// `default` ServiceAccount that pods need.
     async fn wait_ready(&mut self) -> Result<(), StartError> {
-        let started = Instant::now();
         let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), "default");
+        self.wait_until_exists(&accounts, "default", Duration::from_millis(250))
+            .await
+    }
+
+    /// Polls for the object every `interval` while watching the components:
+    /// a component that exits, or the object still missing after
+    /// READY_DEADLINE, is the error.
+    async fn wait_until_exists<K>(
+        &mut self,
+        api: &Api<K>,
+        name: &str,
+        interval: Duration,
+    ) -> Result<(), StartError>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let started = Instant::now();
         let mut last = String::from("not asked yet");
         while started.elapsed() < READY_DEADLINE {
             for component in &mut self.components {
@@ -246,12 +240,12 @@ impl DevCluster {
                     return Err(StartError::Component(message));
                 }
             }
-            match accounts.get_opt("default").await {
+            match api.get_opt(name).await {
                 Ok(Some(_)) => return Ok(()),
-                Ok(None) => "no default ServiceAccount yet".clone_into(&mut last),
+                Ok(None) => last = format!("no {} {name} yet", K::kind(&())),
                 Err(error) => last = error.to_string(),
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(interval).await;
         }
         Err(StartError::NotReady {
             seconds: READY_DEADLINE.as_secs(),

@@ -12,14 +12,13 @@ mod support;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
-use kruise_api::CloneSet;
 use kruise_core::cloneset::{container_status, has_ready_condition};
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_manager::webhook::{CR_MUTATING_WEBHOOK, CR_WEBHOOK};
 use kube::Api;
 use kube::api::PostParams;
-use support::{examples, kubectl, kubectl_output};
+use support::{demo_cloneset_ready, examples, kubectl, kubectl_output};
 
 const TYPO: &str = "\
 apiVersion: apps.kruise.io/v1alpha1
@@ -191,16 +190,7 @@ async fn an_unreadable_sidecarset_costs_only_itself() {
         "{}",
         String::from_utf8_lossy(&stored.stderr)
     );
-    let demo = examples().join("cloneset-surge-partition.yaml");
-    kubectl(&kubeconfig, &["apply", "-f", demo.to_str().unwrap()]);
-    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
-    wait_for(&clonesets, "demo", "5 ready replicas", |c| {
-        c.status
-            .as_ref()
-            .filter(|s| s.ready_replicas == 5)
-            .map(drop)
-    })
-    .await;
+    demo_cloneset_ready(&kubeconfig, &client).await;
     let events = invalid_spec_events(&kubeconfig, "typo-clone").await;
     assert!(events.contains("InPlaceIfPosible"), "{events}");
 }

@@ -10,13 +10,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kruise_api::CloneSet;
-use kruise_devcluster::wait::{eventually, wait_for};
+use kruise_devcluster::wait::eventually;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
-use support::{examples, kubectl, kubectl_output};
+use support::{demo_cloneset_ready, examples, kubectl, kubectl_output};
 
 fn container_names(pod: &Value) -> Vec<&str> {
     pod["spec"]["containers"]
@@ -168,16 +167,7 @@ async fn pods_to_delete_are_pods_of_the_cloneset(
     client: &kube::Client,
     pods: &Api<Pod>,
 ) {
-    let demo = examples().join("cloneset-surge-partition.yaml");
-    kubectl(kubeconfig, &["apply", "-f", demo.to_str().unwrap()]);
-    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
-    wait_for(&clonesets, "demo", "5 ready replicas", |c| {
-        c.status
-            .as_ref()
-            .filter(|s| s.ready_replicas == 5)
-            .map(drop)
-    })
-    .await;
+    demo_cloneset_ready(kubeconfig, client).await;
     let delete = |name: &str| {
         let patch = json!({"spec": {"scaleStrategy": {"podsToDelete": [name]}}}).to_string();
         kubectl_output(

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use kruise_api::ContainerRecreateRequest;
 use kruise_api::containerrecreaterequest::ContainerRecreateRequestPhase;
+use kruise_api::{CloneSet, ContainerRecreateRequest};
 use kruise_devcluster::realnode::RealNode;
+use kruise_devcluster::wait::wait_for;
 use kruise_manager::agents::NodeAgents;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
@@ -27,6 +28,41 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Applies the user's CloneSet example `demo` (5 replicas, surge and
+/// partition) and waits until all five pods are ready.
+pub async fn demo_cloneset_ready(kubeconfig: &Path, client: &kube::Client) {
+    let demo = examples().join("cloneset-surge-partition.yaml");
+    kubectl(kubeconfig, &["apply", "-f", demo.to_str().unwrap()]);
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
+    wait_for(&clonesets, "demo", "5 ready replicas", |c| {
+        c.status
+            .as_ref()
+            .filter(|s| s.ready_replicas == 5)
+            .map(drop)
+    })
+    .await;
+}
+
+/// One of Kubewarden's reference tools (`kwctl`, `policy-server`): the
+/// build in ../shared/tools/kubewarden, or the path in `variable`. Missing,
+/// the test fails and says where it looked.
+pub fn kubewarden_tool(name: &str, variable: &str) -> PathBuf {
+    let path = std::env::var_os(variable).map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/tools/kubewarden")
+                .join(name)
+        },
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "{name} is expected at {} (set {variable})",
+        path.display()
+    );
+    path
 }
 
 pub fn kubectl_output(kubeconfig: &Path, args: &[&str]) -> Output {
