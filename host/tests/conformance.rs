@@ -12,6 +12,7 @@ use std::sync::Arc;
 use common::{
     HostFn, denying_host, golden_cases, our_call, pod_create, reference_call, validation_request,
 };
+use kruise_policy_modules::fixtures::blank_drawn_values;
 use kruise_policy_modules::{ALL, BENCH_ADD_LABEL, PolicyModule, SIDECARSET};
 use serde_json::{Value, json};
 
@@ -109,54 +110,10 @@ fn case_cluster(case: Value) -> HostFn {
     })
 }
 
-/// Blanks what the guest took from the clock: the `updateTimestamp` of the
-/// SidecarSet hash records, which sit JSON-escaped inside an annotation
-/// (`\"updateTimestamp\":\"2026-…Z\"`).
-fn blank_timestamps(text: &str) -> String {
-    const KEY: &str = r#"updateTimestamp\":\""#;
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(KEY) {
-        let value_start = at + KEY.len();
-        out.push_str(&rest[..value_start]);
-        out.push_str("<now>");
-        let value_len = rest[value_start..].find('\\').unwrap_or(0);
-        rest = &rest[value_start + value_len..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Blanks the 5 random characters the guest appends to `generateName`.
-fn blank_name_suffix(text: &str, prefix: &str) -> String {
-    const ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
-    let quoted = format!("\"{prefix}");
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(&quoted) {
-        let suffix_start = at + quoted.len();
-        out.push_str(&rest[..suffix_start]);
-        rest = &rest[suffix_start..];
-        let drawn = rest
-            .get(..5)
-            .filter(|s| s.chars().all(|c| ALPHABET.contains(c)));
-        if let Some(drawn) = drawn {
-            out.push_str("*****");
-            rest = &rest[drawn.len()..];
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 fn normalised(answer: Result<Vec<u8>, String>, run: &Run) -> Result<String, String> {
     answer.map(|bytes| {
         let text = String::from_utf8(bytes).expect("the guest answers UTF-8");
-        let text = blank_timestamps(&text);
-        match &run.generate_name {
-            Some(prefix) => blank_name_suffix(&text, prefix),
-            None => text,
-        }
+        blank_drawn_values(&text, run.generate_name.as_deref())
     })
 }
 
@@ -288,24 +245,4 @@ fn guest_errors_read_the_same() {
             "Guest call failure: No handler registered for function no_such_operation"
         );
     }
-}
-
-#[test]
-fn normalisation_touches_only_what_is_drawn() {
-    let hash = r#"{"a":"{\"s\":{\"updateTimestamp\":\"2026-11-29T10:00:01Z\",\"hash\":\"x\"}}"}"#;
-    assert_eq!(
-        blank_timestamps(hash),
-        r#"{"a":"{\"s\":{\"updateTimestamp\":\"<now>\",\"hash\":\"x\"}}"}"#
-    );
-    assert_eq!(
-        blank_name_suffix(
-            r#"{"name":"web-x7k2m","cm":"web-x7k2m-barrier","generateName":"web-"}"#,
-            "web-"
-        ),
-        r#"{"name":"web-*****","cm":"web-*****-barrier","generateName":"web-"}"#
-    );
-    assert_eq!(
-        blank_name_suffix(r#"{"name":"web-AAAAA"}"#, "web-"),
-        r#"{"name":"web-AAAAA"}"#
-    );
 }

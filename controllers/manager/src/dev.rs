@@ -13,7 +13,7 @@ use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_policy_modules::{
     ALL, LAUNCH_PRIORITY, MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, SIDECARSET,
-    VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
+    VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET, policies_yml_entry,
 };
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
@@ -56,6 +56,8 @@ impl Default for DevOptions {
 #[derive(Debug)]
 pub struct DevEnvironment {
     pub webhook_url: String,
+    /// The policies.yml the webhook host serves (policy-server's format).
+    pub policies_file: PathBuf,
     pub nodes: SimNodes,
     /// One node agent per node (stop and start them again to test a
     /// restart mid-way).
@@ -92,6 +94,7 @@ impl DevEnvironment {
             None
         };
         let files = write_host_files(&cluster)?;
+        let policies_file = files.policies.clone();
         let kubeconfig = cluster.kubeconfig.clone();
         let (runtime, webhook) =
             tokio::task::spawn_blocking(move || start_host(&files, &kubeconfig))
@@ -105,6 +108,7 @@ impl DevEnvironment {
         // From here on, dropping the environment stops everything.
         let environment = Self {
             webhook_url,
+            policies_file,
             nodes,
             agents,
             real_node,
@@ -206,72 +210,16 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut policies = serde_json::Map::new();
     for module in ALL {
-        write(&format!("{}.wasm", module.name), module.wasm)?;
+        let path = write(&format!("{}.wasm", module.name), module.wasm)?;
+        policies.insert(module.name.to_owned(), policies_yml_entry(module, &path)?);
     }
-    let policies = json!({
-        SIDECARSET.name: {
-            "module": format!("{}.wasm", SIDECARSET.name),
-            "allowedToMutate": true,
-            "contextAwareResources": [
-                {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
-                {"apiVersion": "v1", "kind": "Namespace"},
-                {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
-            ],
-            "hostCapabilities": ["kubernetes/*"],
-            "settings": {},
-        },
-        LAUNCH_PRIORITY.name: {
-            "module": format!("{}.wasm", LAUNCH_PRIORITY.name),
-            "allowedToMutate": true,
-            "settings": {},
-        },
-        VALIDATE_RESOURCEDISTRIBUTION.name: {
-            "module": format!("{}.wasm", VALIDATE_RESOURCEDISTRIBUTION.name),
-            "settings": {},
-        },
-        VALIDATE_CLONESET.name: {
-            "module": format!("{}.wasm", VALIDATE_CLONESET.name),
-            "contextAwareResources": [{"apiVersion": "v1", "kind": "Pod"}],
-            "hostCapabilities": ["kubernetes/*"],
-            "settings": {},
-        },
-        VALIDATE_SIDECARSET.name: {
-            "module": format!("{}.wasm", VALIDATE_SIDECARSET.name),
-            "contextAwareResources": [
-                {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
-                {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
-                {"apiVersion": "v1", "kind": "ConfigMap"},
-            ],
-            "hostCapabilities": ["kubernetes/*"],
-            "settings": {},
-        },
-        MUTATE_CRR.name: {
-            "module": format!("{}.wasm", MUTATE_CRR.name),
-            "allowedToMutate": true,
-            "contextAwareResources": [
-                {"apiVersion": "v1", "kind": "Pod"},
-                {"apiVersion": "v1", "kind": "Node"},
-            ],
-            "hostCapabilities": ["kubernetes/*"],
-            "settings": {},
-        },
-        MUTATE_IMAGEPULL.name: {
-            "module": format!("{}.wasm", MUTATE_IMAGEPULL.name),
-            "allowedToMutate": true,
-            "settings": {},
-        },
-        MUTATE_DEFAULTS.name: {
-            "module": format!("{}.wasm", MUTATE_DEFAULTS.name),
-            "allowedToMutate": true,
-            "settings": {},
-        },
-    });
     let chains = json!({ POD_CHAIN: [SIDECARSET.name, LAUNCH_PRIORITY.name] });
     let yaml = |value: &serde_json::Value| serde_yaml::to_string(value).unwrap_or_default();
     let serving = cluster.pki.issue_serving(&["127.0.0.1", "localhost"])?;
     Ok(HostFiles {
-        policies: write("policies.yml", yaml(&policies).as_bytes())?,
+        policies: write("policies.yml", yaml(&policies.into()).as_bytes())?,
         chains: write("chains.yml", yaml(&chains).as_bytes())?,
         tls: TlsFiles {
             cert: write("tls.crt", serving.cert_pem.as_bytes())?,
@@ -310,7 +258,7 @@ fn start_host(files: &HostFiles, kubeconfig: &Path) -> Result<(Runtime, RunningS
 }
 
 /// The host's compiled-module cache, shared with the `kruise-wasm` CLI.
-fn compile_cache() -> Option<PathBuf> {
+pub fn compile_cache() -> Option<PathBuf> {
     std::env::var_os("KRUISE_WASM_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| {

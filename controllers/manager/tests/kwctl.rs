@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,24 +21,16 @@ use kruise_devcluster::wait::wait_for;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_policy_modules::fixtures::{self, kruise_request, pod_create};
 use kruise_policy_modules::{
-    MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, PolicyModule, SIDECARSET, VALIDATE_CLONESET,
-    VALIDATE_SIDECARSET,
+    ALL, MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, PolicyModule, SIDECARSET,
+    VALIDATE_CLONESET, VALIDATE_SIDECARSET,
 };
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
+use support::kubewarden_tool;
 
 fn kwctl() -> PathBuf {
-    let path = std::env::var_os("KRUISE_KWCTL").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/kubewarden/kwctl"),
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "kwctl is expected at {} (set KRUISE_KWCTL)",
-        path.display()
-    );
-    path
+    kubewarden_tool("kwctl", "KRUISE_KWCTL")
 }
 
 /// `kwctl run` of the module on `request` (an AdmissionRequest); kwctl's
@@ -91,6 +85,54 @@ fn crr(name: &str, containers: &[&str]) -> Value {
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"podName": "target", "containers": containers},
     })
+}
+
+/// `kwctl inspect` reads every module's metadata as we wrote it (the
+/// io.kubewarden.metadata section policies/modules/build.rs appends).
+#[test]
+fn kwctl_inspect_reads_every_modules_metadata() {
+    let dir = std::env::temp_dir().join(format!("kruise-kwctl-inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for module in ALL {
+        let path = dir.join(format!("{}.wasm", module.name));
+        std::fs::write(&path, module.wasm).unwrap();
+        let output = Command::new(kwctl())
+            .args(["inspect", "--output", "yaml"])
+            .arg(format!("file://{}", path.display()))
+            .output()
+            .expect("kwctl runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "kwctl inspect {}: {}",
+            module.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let mut theirs: Value = serde_yaml::from_str(&stdout).unwrap();
+        let mut ours = kruise_policy_modules::metadata(module).unwrap();
+        // kwctl holds the context-aware resources as a set (none at all
+        // may be written as no list).
+        for metadata in [&mut theirs, &mut ours] {
+            let mut resources: Vec<Value> = metadata["contextAwareResources"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            resources.sort_by_key(Value::to_string);
+            metadata["contextAwareResources"] = json!(resources);
+        }
+        for key in [
+            "rules",
+            "mutating",
+            "backgroundAudit",
+            "contextAwareResources",
+            "executionMode",
+            "policyType",
+            "annotations",
+        ] {
+            assert_eq!(theirs[key], ours[key], "{}: {key}: {stdout}", module.name);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -88,42 +88,55 @@ pub fn blank_hash_timestamps(metadata: &mut Value) -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
+/// An answer's text with what a guest draws blanked, so that two runs of
+/// one request compare equal: the clock (see `blank_timestamps`) and, for
+/// a pod named from `generate_name`, the random suffix.
+pub fn blank_drawn_values(text: &str, generate_name: Option<&str>) -> String {
+    let text = blank_timestamps(text);
+    match generate_name {
+        Some(prefix) => blank_name_suffix(&text, prefix),
+        None => text,
+    }
+}
 
-    #[test]
-    fn every_fixture_folder_reads() {
-        for folder in ["injection", "launch-priority"] {
-            assert!(golden_cases(folder).unwrap().len() >= 10, "{folder}");
+/// Blanks what the guest took from the clock: the `updateTimestamp` of the
+/// SidecarSet hash records, which sit JSON-escaped inside an annotation
+/// (`\"updateTimestamp\":\"2026-…Z\"`).
+fn blank_timestamps(text: &str) -> String {
+    const KEY: &str = r#"updateTimestamp\":\""#;
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        let value_start = at + KEY.len();
+        out.push_str(&rest[..value_start]);
+        out.push_str("<now>");
+        let value_len = rest[value_start..].find('\\').unwrap_or(0);
+        rest = &rest[value_start + value_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Blanks the 5 random characters the guest appends to `generateName`.
+fn blank_name_suffix(text: &str, prefix: &str) -> String {
+    const ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
+    let quoted = format!("\"{prefix}");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&quoted) {
+        let suffix_start = at + quoted.len();
+        out.push_str(&rest[..suffix_start]);
+        rest = &rest[suffix_start..];
+        let drawn = rest
+            .get(..5)
+            .filter(|s| s.chars().all(|c| ALPHABET.contains(c)));
+        if let Some(drawn) = drawn {
+            out.push_str("*****");
+            rest = &rest[drawn.len()..];
         }
-        assert!(
-            golden_cases("no-such-folder")
-                .unwrap_err()
-                .contains("no-such-folder")
-        );
     }
-
-    #[test]
-    fn absent_names_are_omitted_not_null() {
-        let request = pod_create(&json!({"metadata": {"name": "p"}}));
-        assert_eq!(request["name"], "p");
-        assert!(request.get("namespace").is_none());
-    }
-
-    #[test]
-    fn only_timestamps_are_blanked() {
-        let mut metadata = json!({"annotations": {
-            "kruise.io/sidecarset-hash": r#"{"s":{"updateTimestamp":"2026-01-01T00:00:00Z","hash":"h"}}"#,
-            "other": "x"}});
-        blank_hash_timestamps(&mut metadata).unwrap();
-        assert_eq!(
-            metadata["annotations"]["kruise.io/sidecarset-hash"],
-            json!({"s": {"updateTimestamp": "<now>", "hash": "h"}})
-        );
-        assert_eq!(metadata["annotations"]["other"], "x");
-    }
+    out.push_str(rest);
+    out
 }
 
 /// One case of a `<kind>/validation.yaml` fixture: the valid base with one
@@ -198,4 +211,63 @@ pub fn kruise_request(
         request["oldObject"] = old.clone();
     }
     request
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalisation_touches_only_what_is_drawn() {
+        let hash =
+            r#"{"a":"{\"s\":{\"updateTimestamp\":\"2026-11-29T10:00:01Z\",\"hash\":\"x\"}}"}"#;
+        assert_eq!(
+            blank_timestamps(hash),
+            r#"{"a":"{\"s\":{\"updateTimestamp\":\"<now>\",\"hash\":\"x\"}}"}"#
+        );
+        assert_eq!(
+            blank_name_suffix(
+                r#"{"name":"web-x7k2m","cm":"web-x7k2m-barrier","generateName":"web-"}"#,
+                "web-"
+            ),
+            r#"{"name":"web-*****","cm":"web-*****-barrier","generateName":"web-"}"#
+        );
+        assert_eq!(
+            blank_name_suffix(r#"{"name":"web-AAAAA"}"#, "web-"),
+            r#"{"name":"web-AAAAA"}"#
+        );
+    }
+
+    #[test]
+    fn every_fixture_folder_reads() {
+        for folder in ["injection", "launch-priority"] {
+            assert!(golden_cases(folder).unwrap().len() >= 10, "{folder}");
+        }
+        assert!(
+            golden_cases("no-such-folder")
+                .unwrap_err()
+                .contains("no-such-folder")
+        );
+    }
+
+    #[test]
+    fn absent_names_are_omitted_not_null() {
+        let request = pod_create(&json!({"metadata": {"name": "p"}}));
+        assert_eq!(request["name"], "p");
+        assert!(request.get("namespace").is_none());
+    }
+
+    #[test]
+    fn only_timestamps_are_blanked() {
+        let mut metadata = json!({"annotations": {
+            "kruise.io/sidecarset-hash": r#"{"s":{"updateTimestamp":"2026-01-01T00:00:00Z","hash":"h"}}"#,
+            "other": "x"}});
+        blank_hash_timestamps(&mut metadata).unwrap();
+        assert_eq!(
+            metadata["annotations"]["kruise.io/sidecarset-hash"],
+            json!({"s": {"updateTimestamp": "<now>", "hash": "h"}})
+        );
+        assert_eq!(metadata["annotations"]["other"], "x");
+    }
 }

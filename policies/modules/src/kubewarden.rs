@@ -1,6 +1,8 @@
 //! Kubewarden resources derived from a module's own metadata section, so
 //! what is deployed always says what the module declares.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use crate::PolicyModule;
@@ -60,6 +62,29 @@ pub fn cluster_admission_policy(module: &PolicyModule) -> Result<Value, String> 
     }))
 }
 
+/// The module's entry in a `policies.yml` (policy-server's file, which our
+/// host reads too), its wasm at `module_path`: mutating and context-aware
+/// as its metadata declares, and allowed the Kubernetes host calls when it
+/// reads the cluster.
+pub fn policies_yml_entry(module: &PolicyModule, module_path: &Path) -> Result<Value, String> {
+    let metadata = metadata(module)?;
+    let module_path = std::path::absolute(module_path)
+        .map_err(|e| format!("{}: {}: {e}", module.name, module_path.display()))?;
+    let mut entry = json!({
+        "module": format!("file://{}", module_path.display()),
+        "allowedToMutate": metadata["mutating"].as_bool().unwrap_or(false),
+        "settings": {},
+    });
+    if let Some(resources) = metadata["contextAwareResources"]
+        .as_array()
+        .filter(|resources| !resources.is_empty())
+    {
+        entry["contextAwareResources"] = json!(resources);
+        entry["hostCapabilities"] = json!(["kubernetes/*"]);
+    }
+    Ok(entry)
+}
+
 /// The ClusterAdmissionPolicy as the YAML file kept in `artifacts/kubewarden/`.
 pub fn kubewarden_yaml(module: &PolicyModule) -> Result<String, String> {
     let policy = cluster_admission_policy(module)?;
@@ -104,6 +129,30 @@ fn read_leb128(bytes: &[u8]) -> Option<(usize, &[u8])> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policies_yml_entries_say_what_the_metadata_declares() {
+        let path = Path::new("/policies/sidecarset.wasm");
+        assert_eq!(
+            policies_yml_entry(&crate::SIDECARSET, path).unwrap(),
+            json!({
+                "module": "file:///policies/sidecarset.wasm",
+                "allowedToMutate": true,
+                "settings": {},
+                "contextAwareResources": [
+                    {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
+                    {"apiVersion": "v1", "kind": "Namespace"},
+                    {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
+                ],
+                "hostCapabilities": ["kubernetes/*"],
+            })
+        );
+        let path = Path::new("/policies/rd.wasm");
+        assert_eq!(
+            policies_yml_entry(&crate::VALIDATE_RESOURCEDISTRIBUTION, path).unwrap(),
+            json!({"module": "file:///policies/rd.wasm", "allowedToMutate": false, "settings": {}})
+        );
+    }
 
     #[test]
     fn a_truncated_module_has_no_section() {

@@ -5,7 +5,9 @@
 pub mod fixtures;
 mod kubewarden;
 
-pub use kubewarden::{MODULE_REGISTRY, cluster_admission_policy, kubewarden_yaml, metadata};
+pub use kubewarden::{
+    MODULE_REGISTRY, cluster_admission_policy, kubewarden_yaml, metadata, policies_yml_entry,
+};
 
 /// One policy module.
 #[derive(Clone, Copy, Debug)]
