@@ -13,12 +13,32 @@ pub fn dir() -> PathBuf {
 
 /// The YAML cases of one fixture folder, by file name, sorted.
 pub fn golden_cases(folder: &str) -> Result<Vec<(String, Value)>, String> {
+    files(folder, "yaml", |text| {
+        serde_yaml::from_str(text).map_err(|e| e.to_string())
+    })
+}
+
+/// The pod webhook cases recorded from OpenKruise v1.9.0's own code
+/// (`openkruise-v1.9.0/webhook-cases`, one JSON file each), by file name.
+pub fn openkruise_webhook_cases() -> Result<Vec<(String, Value)>, String> {
+    files("openkruise-v1.9.0/webhook-cases", "json", |text| {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    })
+}
+
+/// Each `.<extension>` file of a fixture folder read by `parse`, by file
+/// name, sorted.
+fn files(
+    folder: &str,
+    extension: &str,
+    parse: impl Fn(&str) -> Result<Value, String>,
+) -> Result<Vec<(String, Value)>, String> {
     let folder = dir().join(folder);
     let entries = std::fs::read_dir(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
     let mut cases = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_none_or(|e| e != "yaml") {
+        if path.extension().is_none_or(|e| e != extension) {
             continue;
         }
         let name = path
@@ -27,8 +47,10 @@ pub fn golden_cases(folder: &str) -> Result<Vec<(String, Value)>, String> {
             .to_string_lossy()
             .into_owned();
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
-        let case = serde_yaml::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
-        cases.push((name, case));
+        cases.push((
+            name.clone(),
+            parse(&text).map_err(|e| format!("{name}: {e}"))?,
+        ));
     }
     cases.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(cases)
