@@ -40,20 +40,26 @@ fn kwctl_run(env: &DevEnvironment, module: &Path, request: Value) -> Value {
     review["request"] = request;
     let review_path = module.with_extension("review.json");
     std::fs::write(&review_path, review.to_string()).unwrap();
-    let output = Command::new(kwctl())
+    let mut command = Command::new(kwctl());
+    command
         .env("KUBECONFIG", env.kubeconfig())
         .args(["run", "--allow-context-aware", "--request-path"])
         .arg(&review_path)
-        .arg(module)
-        .output()
-        .expect("kwctl runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+        .arg(module);
+    let stdout = stdout_of(&mut command);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("kwctl's answer: {e}: {stdout}"))
+}
+
+/// kwctl's output; the test fails when it exits non-zero.
+fn stdout_of(kwctl: &mut Command) -> String {
+    let output = kwctl.output().expect("kwctl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "kwctl failed: {}\n{stdout}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("kwctl's answer: {e}: {stdout}"))
+    stdout
 }
 
 /// The JSON patch of an accepting answer, applied to `object`.
@@ -96,17 +102,10 @@ fn kwctl_inspect_reads_every_modules_metadata() {
     for module in ALL {
         let path = dir.join(format!("{}.wasm", module.name));
         std::fs::write(&path, module.wasm).unwrap();
-        let output = Command::new(kwctl())
-            .args(["inspect", "--output", "yaml"])
-            .arg(format!("file://{}", path.display()))
-            .output()
-            .expect("kwctl runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "kwctl inspect {}: {}",
-            module.name,
-            String::from_utf8_lossy(&output.stderr)
+        let stdout = stdout_of(
+            Command::new(kwctl())
+                .args(["inspect", "--output", "yaml"])
+                .arg(format!("file://{}", path.display())),
         );
         let mut theirs: Value = serde_yaml::from_str(&stdout).unwrap();
         let mut ours = kruise_policy_modules::metadata(module).unwrap();
