@@ -142,19 +142,23 @@ async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Actio
         finalize(context, &job, true).await?;
         return Ok(Action::await_change());
     }
-    match job::finished(&job, now) {
+    let finished = job::finished(&job, now);
+    // A finished job is finalized once: without its finalizer its mirrors
+    // are already gone, and there is nothing to list.
+    if finished != Finished::Running && job::holds_finalizer(&job) {
+        finalize(context, &job, false).await?;
+    }
+    match finished {
         Finished::Delete => {
-            finalize(context, &job, false).await?;
             delete(context, &job).await?;
             return Ok(Action::await_change());
         }
         Finished::Keep(after) => {
-            finalize(context, &job, false).await?;
             return Ok(after.map_or_else(Action::await_change, Action::requeue));
         }
         Finished::Running => {}
     }
-    if job::needs_finalizer(&job) {
+    if !job::holds_finalizer(&job) {
         let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
         finalizers.push(DELETION_PROTECTION_FINALIZER.to_owned());
         write_finalizers(context, &job, finalizers).await?;
@@ -420,7 +424,7 @@ async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Resul
         let node_images = list_node_images(context).await?;
         release_from(context, job, &node_images, None).await?;
     }
-    if !job::needs_finalizer(job) {
+    if job::holds_finalizer(job) {
         let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
         finalizers.retain(|f| f != DELETION_PROTECTION_FINALIZER);
         write_finalizers(context, job, finalizers).await?;

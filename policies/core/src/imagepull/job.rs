@@ -471,9 +471,10 @@ pub fn finished(job: &ImagePullJob, now: Timestamp) -> Finished {
     }
 }
 
-/// Whether the job's finalizer is still to be added.
-pub fn needs_finalizer(job: &ImagePullJob) -> bool {
-    !job.metadata
+/// Whether the job carries its finalizer: added before any pull secret is
+/// mirrored, dropped once the mirrors are let go.
+pub fn holds_finalizer(job: &ImagePullJob) -> bool {
+    job.metadata
         .finalizers
         .iter()
         .flatten()
