@@ -4,6 +4,7 @@
 
 pub mod cloneset;
 mod container_validation;
+pub mod conversion;
 pub mod crr;
 pub mod go_json;
 pub mod history;
