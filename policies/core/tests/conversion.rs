@@ -3,7 +3,11 @@
 //! TestSidecarSet_ConvertTo/From; resourcedistribution_conversion_test.go),
 //! written as JSON, then round trips of the objects OpenKruise stores.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_pass_by_value)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::needless_pass_by_value
+)]
 
 mod openkruise_recorded;
 
@@ -654,4 +658,68 @@ fn openkruise_stored_sidecarsets_round_trip_unchanged() {
         }
     }
     assert!(checked > 100, "only {checked} stored SidecarSets");
+}
+
+// ---- every combination of what the CloneSet conversion moves ----
+
+/// v1alpha1 CloneSets with every strategy type, PVC reuse setting, label
+/// and pre-download annotation combination, written as OpenKruise stores
+/// them (type and scale strategy always present).
+fn alpha_clonesets() -> Vec<Value> {
+    let mut all = Vec::new();
+    for strategy_type in ["ReCreate", "InPlaceIfPossible", "InPlaceOnly", "OnDelete"] {
+        for disable in [false, true] {
+            for exclude in [false, true] {
+                for predownload in [false, true] {
+                    for grace in [None, Some(5)] {
+                        let mut metadata = json!({"name": "cs", "namespace": "default"});
+                        if exclude {
+                            metadata["labels"] = json!({"apps.kruise.io/cloneset-scaling-exclude-preparing-delete": "true"});
+                        }
+                        let mut strategy = json!({"type": strategy_type});
+                        if strategy_type != "OnDelete" {
+                            strategy["partition"] = json!("50%");
+                            strategy["maxSurge"] = json!(1);
+                            if predownload || grace.is_some() {
+                                strategy["inPlaceUpdateStrategy"] =
+                                    grace.map_or(json!({}), |g| json!({"gracePeriodSeconds": g}));
+                            }
+                        }
+                        if predownload && strategy_type != "OnDelete" {
+                            metadata["annotations"] = json!({
+                                "apps.kruise.io/image-predownload-parallelism": "30%",
+                                "apps.kruise.io/image-predownload-timeout-seconds": "60",
+                            });
+                        }
+                        let scale = if disable {
+                            json!({"disablePVCReuse": true})
+                        } else {
+                            json!({})
+                        };
+                        all.push(cloneset(
+                            ALPHA,
+                            metadata,
+                            json!({"scaleStrategy": scale, "updateStrategy": strategy}),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn every_stored_cloneset_combination_round_trips() {
+    let all = alpha_clonesets();
+    assert_eq!(all.len(), 64);
+    for alpha in all {
+        let beta = convert(&alpha, BETA).unwrap();
+        assert_eq!(convert(&beta, ALPHA).unwrap(), alpha, "{beta:#}");
+        // And back again: v1beta1 is stable too.
+        assert_eq!(
+            convert(&convert(&beta, ALPHA).unwrap(), BETA).unwrap(),
+            beta
+        );
+    }
 }
