@@ -111,6 +111,24 @@ impl RunningServer {
     }
 }
 
+/// A host serving no policies, only the CRD conversion, over TLS on a free
+/// loopback port: what a cluster running controllers without admission
+/// (their own end-to-end tests) needs for our CRDs. It may be called from
+/// async code: the start, which blocks, runs on a thread of its own.
+pub fn start_conversion_only(tls: TlsFiles) -> Result<RunningServer, String> {
+    let config = ServerConfig {
+        address: IpAddr::from([127, 0, 0, 1]),
+        port: 0,
+        readiness_port: 0,
+        workers: 1,
+        tls: Some(tls),
+        ..ServerConfig::default()
+    };
+    std::thread::spawn(move || start(Policies::default(), &config))
+        .join()
+        .map_err(|_| "the conversion server panicked while starting".to_owned())?
+}
+
 /// Binds both listeners and starts serving. Binding happens before this
 /// returns, so a port in use is reported here.
 pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer, String> {
@@ -257,6 +275,7 @@ fn policy_routes(app: Arc<App>, max_body_bytes: usize) -> Router {
         .route("/audit/{id}", post(audit))
         .route("/validate_raw/{id}", post(validate_raw))
         .route("/mutate/{chain}", post(mutate))
+        .route("/convert", post(convert))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(app)
 }
@@ -295,6 +314,14 @@ async fn mutate(
     body: Bytes,
 ) -> Response {
     evaluate(state, chain, &headers, &body, Endpoint::Mutate).await
+}
+
+/// CRD conversion: cheap and pure, so it runs here, without a worker slot.
+async fn convert(body: Bytes) -> Response {
+    match crate::conversion::review(&body) {
+        Ok(review) => json_response(StatusCode::OK, &review),
+        Err(error) => error_response(&error),
+    }
 }
 
 async fn evaluate(
