@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
+use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -23,7 +24,13 @@ use support::{Recorder, example, kubectl, pods_by_name, set_image, wait_for_colu
 async fn clonesets_roll_out_on_the_dev_cluster() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
-    kruise_devcluster::crds::install(&client).await.unwrap();
+    // Our CRDs store v1beta1: the API server converts through a host.
+    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
+    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
+    let conversion = cluster.conversion_webhook(converter.address);
+    kruise_devcluster::crds::install(&client, &conversion)
+        .await
+        .unwrap();
     let _nodes = SimNodes::start(client.clone(), 3).await.unwrap();
     tokio::spawn(kruise_cloneset_controller::run(client.clone()));
     let api: Api<CloneSet> = Api::namespaced(client.clone(), "default");

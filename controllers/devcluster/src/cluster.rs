@@ -11,6 +11,7 @@ use kube::{Api, Client, Config};
 use serde_json::json;
 
 use crate::binaries::{Binaries, BuildError};
+use crate::crds::ConversionWebhook;
 use crate::pki::Pki;
 use crate::ports::free_ports;
 use crate::process::Component;
@@ -143,6 +144,35 @@ impl DevCluster {
     /// A client with the cluster's admin credentials.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A serving certificate for `127.0.0.1` signed by the cluster's CA,
+    /// written as `tls.crt` and `tls.key` under `<work dir>/<name>`: what a
+    /// webhook server the API server calls needs.
+    pub fn write_serving_files(&self, name: &str) -> Result<(PathBuf, PathBuf), String> {
+        let dir = self.work_dir.join(name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let serving = self.pki.issue_serving(&["127.0.0.1", "localhost"])?;
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::write(&path, text)
+                .map(|()| path.clone())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
+        Ok((
+            write("tls.crt", &serving.cert_pem)?,
+            write("tls.key", &serving.key_pem)?,
+        ))
+    }
+
+    /// The conversion webhook of a host serving TLS (with
+    /// [`Self::write_serving_files`]) at `address`.
+    pub fn conversion_webhook(&self, address: std::net::SocketAddr) -> ConversionWebhook {
+        ConversionWebhook {
+            url: format!("https://{address}{}", kruise_api::crd::CONVERSION_PATH),
+            ca_pem: self.pki.ca_pem.clone(),
+        }
     }
 
     /// The process ids of the control plane, in start order.

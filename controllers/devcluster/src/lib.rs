@@ -12,7 +12,7 @@ mod binaries;
 mod cluster;
 pub mod crds;
 mod pki;
-mod ports;
+pub mod ports;
 mod process;
 pub mod realnode;
 pub mod simnode;

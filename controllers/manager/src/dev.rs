@@ -79,7 +79,12 @@ impl DevEnvironment {
         .await
         .map_err(|e| e.to_string())?;
         let client = cluster.client();
-        kruise_devcluster::crds::install(&client).await?;
+        // The CRDs name the host's address before it starts: its watches
+        // need the CRDs, and an empty cluster converts nothing meanwhile.
+        let port = kruise_devcluster::ports::free_ports(1)
+            .map_err(|e| format!("no free port for the webhook host: {e}"))?[0];
+        let conversion = cluster.conversion_webhook(([127, 0, 0, 1], port).into());
+        kruise_devcluster::crds::install(&client, &conversion).await?;
         let nodes = SimNodes::start(client.clone(), options.sim_nodes)
             .await
             .map_err(|e| format!("cannot register the simulated nodes: {e}"))?;
@@ -97,7 +102,7 @@ impl DevEnvironment {
         let policies_file = files.policies.clone();
         let kubeconfig = cluster.kubeconfig.clone();
         let (runtime, webhook) =
-            tokio::task::spawn_blocking(move || start_host(&files, &kubeconfig))
+            tokio::task::spawn_blocking(move || start_host(&files, &kubeconfig, port))
                 .await
                 .map_err(|e| format!("the webhook host did not start: {e}"))??;
         let webhook_url = format!("https://{}", webhook.address);
@@ -217,18 +222,19 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
     }
     let chains = json!({ POD_CHAIN: [SIDECARSET.name, LAUNCH_PRIORITY.name] });
     let yaml = |value: &serde_json::Value| serde_yaml::to_string(value).unwrap_or_default();
-    let serving = cluster.pki.issue_serving(&["127.0.0.1", "localhost"])?;
+    let (cert, key) = cluster.write_serving_files("webhook")?;
     Ok(HostFiles {
         policies: write("policies.yml", yaml(&policies.into()).as_bytes())?,
         chains: write("chains.yml", yaml(&chains).as_bytes())?,
-        tls: TlsFiles {
-            cert: write("tls.crt", serving.cert_pem.as_bytes())?,
-            key: write("tls.key", serving.key_pem.as_bytes())?,
-        },
+        tls: TlsFiles { cert, key },
     })
 }
 
-fn start_host(files: &HostFiles, kubeconfig: &Path) -> Result<(Runtime, RunningServer), String> {
+fn start_host(
+    files: &HostFiles,
+    kubeconfig: &Path,
+    port: u16,
+) -> Result<(Runtime, RunningServer), String> {
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: compile_cache(),
         ..RuntimeConfig::default()
@@ -236,7 +242,7 @@ fn start_host(files: &HostFiles, kubeconfig: &Path) -> Result<(Runtime, RunningS
     .map_err(|e| e.to_string())?;
     let config = ServerConfig {
         address: [127, 0, 0, 1].into(),
-        port: 0,
+        port,
         readiness_port: 0,
         tls: Some(files.tls.clone()),
         ..ServerConfig::default()

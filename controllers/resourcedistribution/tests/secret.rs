@@ -16,6 +16,7 @@ use kruise_core::resourcedistribution::RESOURCE_HASH_ANNOTATION;
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_resourcedistribution_controller::run;
+use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -92,7 +93,13 @@ fn resource_versions(secrets: &BTreeMap<String, Secret>) -> BTreeMap<String, Str
 async fn secret_to_all_namespaces() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
-    kruise_devcluster::crds::install(&client).await.unwrap();
+    // Our CRDs store v1beta1: the API server converts through a host.
+    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
+    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
+    let conversion = cluster.conversion_webhook(converter.address);
+    kruise_devcluster::crds::install(&client, &conversion)
+        .await
+        .unwrap();
     for name in ["team-a", "team-b"] {
         create_namespace(&client, name).await;
     }

@@ -24,6 +24,7 @@ use kruise_core::resourcedistribution::{
 use kruise_devcluster::wait::{eventually, wait_for, wait_gone};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_resourcedistribution_controller::{CONTROLLER_NAME, run};
+use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
 use kube::api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
@@ -200,7 +201,13 @@ async fn seed_example_end_to_end() {
         .try_init();
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
-    kruise_devcluster::crds::install(&client).await.unwrap();
+    // Our CRDs store v1beta1: the API server converts through a host.
+    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
+    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
+    let conversion = cluster.conversion_webhook(converter.address);
+    kruise_devcluster::crds::install(&client, &conversion)
+        .await
+        .unwrap();
     let world = set_up(client.clone()).await;
     tokio::spawn(run(client));
 

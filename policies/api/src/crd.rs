@@ -1,5 +1,13 @@
 //! CustomResourceDefinitions generated from the types, with OpenKruise's
 //! names, short names, printer columns and subresources.
+//!
+//! Each CRD serves v1alpha1 (our types) and v1beta1 (see [`v1beta1`]) and,
+//! as OpenKruise v1.9 does, stores v1beta1. The API server converts
+//! between them by calling the webhook host's `/convert`: the CRDs name the
+//! host's Service; an installation (or the dev cluster) sets the address
+//! and the CA it trusts with [`set_conversion_url`].
+
+mod v1beta1;
 
 use std::any::TypeId;
 
@@ -26,6 +34,8 @@ struct Presentation {
     columns: Vec<Column>,
     /// CloneSet's scale subresource, so `kubectl scale` and HPAs work.
     scale: bool,
+    /// Columns OpenKruise shows for v1alpha1 only.
+    alpha_only_columns: &'static [&'static str],
 }
 
 struct Column {
@@ -73,15 +83,33 @@ impl GeneratedCrd {
 }
 
 /// Every CRD this project serves.
-pub fn all() -> Vec<GeneratedCrd> {
-    vec![
-        generate::<CloneSet>(&clone_set()),
-        generate::<SidecarSet>(&sidecar_set()),
-        generate::<ContainerRecreateRequest>(&container_recreate_request()),
-        generate::<NodeImage>(&node_image()),
-        generate::<ImagePullJob>(&image_pull_job()),
-        generate::<ResourceDistribution>(&resource_distribution()),
-    ]
+pub fn all() -> Result<Vec<GeneratedCrd>, String> {
+    Ok(vec![
+        generate::<CloneSet>(&clone_set())?,
+        generate::<SidecarSet>(&sidecar_set())?,
+        generate::<ContainerRecreateRequest>(&container_recreate_request())?,
+        generate::<NodeImage>(&node_image())?,
+        generate::<ImagePullJob>(&image_pull_job())?,
+        generate::<ResourceDistribution>(&resource_distribution())?,
+    ])
+}
+
+/// The version the API server stores, as OpenKruise v1.9's CRDs say.
+pub const STORAGE_VERSION: &str = "v1beta1";
+
+/// Where the API server sends ConversionReviews in a cluster install: the
+/// webhook host's Service.
+pub const CONVERSION_SERVICE: (&str, &str) = ("kruise-system", "kruise-wasm-host");
+pub const CONVERSION_PATH: &str = "/convert";
+
+/// Points a CRD's conversion webhook at `url` (e.g.
+/// `https://127.0.0.1:8443/convert`), trusted through `ca_bundle` (base64
+/// PEM), instead of the Service.
+pub fn set_conversion_url(crd: &mut Value, url: &str, ca_bundle: &str) {
+    crd["spec"]["conversion"]["webhook"]["clientConfig"] = json!({
+        "url": url,
+        "caBundle": ca_bundle,
+    });
 }
 
 fn clone_set() -> Presentation {
@@ -140,6 +168,7 @@ fn clone_set() -> Presentation {
             },
         ],
         scale: true,
+        alpha_only_columns: &[],
     }
 }
 
@@ -169,6 +198,7 @@ fn sidecar_set() -> Presentation {
             AGE,
         ],
         scale: false,
+        alpha_only_columns: &[],
     }
 }
 
@@ -188,6 +218,7 @@ fn container_recreate_request() -> Presentation {
             AGE,
         ],
         scale: false,
+        alpha_only_columns: &[],
     }
 }
 
@@ -208,6 +239,7 @@ fn node_image() -> Presentation {
             AGE,
         ],
         scale: false,
+        alpha_only_columns: &[],
     }
 }
 
@@ -224,6 +256,7 @@ fn image_pull_job() -> Presentation {
             column("MESSAGE", ".status.message", "string", "Summary."),
         ],
         scale: false,
+        alpha_only_columns: &["MESSAGE"],
     }
 }
 
@@ -247,10 +280,11 @@ fn resource_distribution() -> Presentation {
             ),
         ],
         scale: false,
+        alpha_only_columns: &[],
     }
 }
 
-fn generate<K>(presentation: &Presentation) -> GeneratedCrd
+fn generate<K>(presentation: &Presentation) -> Result<GeneratedCrd, String>
 where
     K: KruiseObject + Schemas,
     K::Scope: 'static,
@@ -275,6 +309,7 @@ where
         }
     });
     strip_generator_noise(&mut schema);
+    let beta_schema = v1beta1::schema(K::KIND, schema.clone())?;
 
     let plural = K::URL_PATH_SEGMENT;
     let kind = K::KIND;
@@ -286,22 +321,7 @@ where
             "labelSelectorPath": ".status.labelSelector",
         });
     }
-    let columns: Vec<Value> = presentation
-        .columns
-        .iter()
-        .map(|c| {
-            let mut column = json!({
-                "name": c.name,
-                "jsonPath": c.json_path,
-                "type": c.type_,
-                "description": c.description,
-            });
-            if c.priority > 0 {
-                column["priority"] = json!(c.priority);
-            }
-            column
-        })
-        .collect();
+    let columns = |version| printer_columns(presentation, version);
     let mut names = json!({
         "kind": kind,
         "listKind": format!("{kind}List"),
@@ -321,20 +341,70 @@ where
             "group": GROUP,
             "names": names,
             "scope": scope,
-            "versions": [{
-                "name": VERSION,
-                "served": true,
-                "storage": true,
-                "schema": { "openAPIV3Schema": schema },
-                "subresources": subresources,
-                "additionalPrinterColumns": columns,
-            }],
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": true,
+                    "storage": false,
+                    "schema": { "openAPIV3Schema": schema },
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns(VERSION),
+                },
+                {
+                    "name": STORAGE_VERSION,
+                    "served": true,
+                    "storage": true,
+                    "schema": { "openAPIV3Schema": beta_schema },
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns(STORAGE_VERSION),
+                },
+            ],
+            "conversion": conversion(),
         }
     });
-    GeneratedCrd {
+    Ok(GeneratedCrd {
         file_name: format!("{GROUP}_{plural}.yaml"),
         crd,
-    }
+    })
+}
+
+/// The columns `kubectl get` shows for `version`.
+fn printer_columns(presentation: &Presentation, version: &str) -> Vec<Value> {
+    presentation
+        .columns
+        .iter()
+        .filter(|c| version == VERSION || !presentation.alpha_only_columns.contains(&c.name))
+        .map(|c| {
+            let mut column = json!({
+                "name": c.name,
+                "jsonPath": c.json_path,
+                "type": c.type_,
+                "description": c.description,
+            });
+            if c.priority > 0 {
+                column["priority"] = json!(c.priority);
+            }
+            column
+        })
+        .collect()
+}
+
+/// The conversion webhook: the host's Service in a cluster install.
+fn conversion() -> Value {
+    json!({
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {
+                "service": {
+                    "namespace": CONVERSION_SERVICE.0,
+                    "name": CONVERSION_SERVICE.1,
+                    "path": CONVERSION_PATH,
+                    "port": 443,
+                },
+            },
+        },
+    })
 }
 
 /// Drop what schemars adds that a CRD schema does not use. An absent

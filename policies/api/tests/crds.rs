@@ -13,19 +13,22 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn v1alpha1_schema(crd: &Value) -> &Value {
+/// The versions OpenKruise v1.9 serves, in its order.
+const VERSIONS: [&str; 2] = ["v1alpha1", "v1beta1"];
+
+fn version_of<'a>(crd: &'a Value, name: &str) -> &'a Value {
     crd["spec"]["versions"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["name"] == "v1alpha1")
-        .expect("a v1alpha1 version")
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("a {name} version"))
 }
 
 #[test]
 fn artifacts_are_fresh() {
     let mut stale = Vec::new();
-    for generated in crd::all() {
+    for generated in crd::all().unwrap() {
         let path = workspace()
             .join("artifacts/crds")
             .join(&generated.file_name);
@@ -159,7 +162,12 @@ fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
 }
 
 fn check_generated(generated: &GeneratedCrd, out: &mut Vec<String>) {
-    let version = v1alpha1_schema(&generated.crd);
+    for name in VERSIONS {
+        check_version(generated, version_of(&generated.crd, name), out);
+    }
+}
+
+fn check_version(generated: &GeneratedCrd, version: &Value, out: &mut Vec<String>) {
     let root = &version["schema"]["openAPIV3Schema"];
     let mut violations = Vec::new();
     structural_violations(root, "", &mut violations);
@@ -180,7 +188,7 @@ fn check_generated(generated: &GeneratedCrd, out: &mut Vec<String>) {
 #[test]
 fn generated_crds_are_structural() {
     let mut violations = Vec::new();
-    for generated in crd::all() {
+    for generated in crd::all().unwrap() {
         check_generated(&generated, &mut violations);
     }
     assert!(violations.is_empty(), "{violations:#?}");
@@ -296,7 +304,33 @@ fn compare(theirs: &Value, ours: &Value, file: &str, out: &mut Vec<String>) {
             ));
         }
     }
-    let (their_version, our_version) = (v1alpha1_schema(theirs), v1alpha1_schema(ours));
+    let served = |crd: &Value| -> Vec<(Value, Value, Value)> {
+        crd["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| (v["name"].clone(), v["served"].clone(), v["storage"].clone()))
+            .collect()
+    };
+    if served(theirs) != served(ours) {
+        out.push(format!(
+            "{file}: versions {:?} vs ours {:?}",
+            served(theirs),
+            served(ours)
+        ));
+    }
+    for name in VERSIONS {
+        let label = format!("{file} {name}");
+        compare_version(
+            version_of(theirs, name),
+            version_of(ours, name),
+            &label,
+            out,
+        );
+    }
+}
+
+fn compare_version(their_version: &Value, our_version: &Value, file: &str, out: &mut Vec<String>) {
     if their_version["subresources"] != our_version["subresources"] {
         out.push(format!(
             "{file}: subresources {} vs ours {}",
@@ -384,7 +418,7 @@ fn generated_crds_match_openkruise() {
         dir.display()
     );
     let mut differences = Vec::new();
-    for generated in crd::all() {
+    for generated in crd::all().unwrap() {
         let path = dir.join(&generated.file_name);
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -406,23 +440,36 @@ fn generated_crds_match_openkruise() {
 
 #[test]
 fn the_comparison_reports_missing_and_changed_fields() {
-    let generated = crd::all().into_iter().next().unwrap();
+    let generated = crd::all().unwrap().into_iter().next().unwrap();
     let mut theirs = generated.crd.clone();
     let spec = &mut theirs["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         ["properties"];
     spec["brandNew"] = serde_json::json!({ "type": "string" });
     spec["replicas"]["type"] = serde_json::json!("string");
     theirs["spec"]["names"]["shortNames"] = serde_json::json!(["cs"]);
+    let beta = &mut theirs["spec"]["versions"][1];
+    beta["storage"] = serde_json::json!(false);
+    beta["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["betaOnly"] =
+        serde_json::json!({ "type": "string" });
     let mut differences = Vec::new();
     compare(&theirs, &generated.crd, "x", &mut differences);
+    for expected in [
+        "x v1alpha1: missing .spec.brandNew",
+        "x v1beta1: missing .spec.betaOnly",
+    ] {
+        assert!(
+            differences.iter().any(|d| d == expected),
+            "missed {expected}: {differences:#?}"
+        );
+    }
     assert!(
-        differences.iter().any(|d| d == "x: missing .spec.brandNew"),
+        differences.iter().any(|d| d.starts_with("x: versions")),
         "{differences:#?}"
     );
     assert!(
         differences
             .iter()
-            .any(|d| d.starts_with("x: .spec.replicas differs")),
+            .any(|d| d.starts_with("x v1alpha1: .spec.replicas differs")),
         "{differences:#?}"
     );
     assert!(

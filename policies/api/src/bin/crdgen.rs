@@ -19,7 +19,7 @@ fn main() -> ExitCode {
 
 fn write_all(dir: &std::path::Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for generated in kruise_api::crd::all() {
+    for generated in kruise_api::crd::all()? {
         let path = dir.join(&generated.file_name);
         let yaml = generated
             .to_yaml()

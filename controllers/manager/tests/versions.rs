@@ -1,0 +1,206 @@
+//! Both versions our CRDs serve, on the dev cluster. As with OpenKruise
+//! v1.9, the API server stores v1beta1 and serves v1alpha1 too, converting
+//! through the webhook host's `/convert`; our webhooks and controllers read
+//! v1alpha1. A user's v1beta1 YAML works unchanged, and the two views of
+//! one object say the same thing (each is what kruise-core's conversion
+//! makes of the other).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kruise_api::CloneSet;
+use kruise_core::conversion::convert;
+use kruise_devcluster::wait::wait_for;
+use kruise_manager::dev::{DevEnvironment, DevOptions};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use support::{kubectl, kubectl_output};
+
+const ALPHA: &str = "apps.kruise.io/v1alpha1";
+const BETA: &str = "apps.kruise.io/v1beta1";
+
+#[tokio::test]
+async fn v1beta1_objects_work_and_both_views_agree() {
+    let environment = DevEnvironment::start(DevOptions::default()).await.unwrap();
+    let (kubeconfig, client) = (environment.kubeconfig(), environment.client());
+    let work_dir = environment.cluster.work_dir.clone();
+
+    a_v1beta1_sidecarset_injects(kubeconfig, &client, &work_dir).await;
+    a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig, &client, &work_dir).await;
+    a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig, &work_dir);
+    everything_is_stored_as_v1beta1(&client).await;
+}
+
+/// Both views of one object, each checked against the other's conversion.
+fn views(kubeconfig: &Path, resource: &str, name: &str, namespace: Option<&str>) -> (Value, Value) {
+    let get = |version: &str| -> Value {
+        let resource = format!("{resource}.{version}.apps.kruise.io");
+        let mut args = vec!["get", resource.as_str(), name, "-o", "json"];
+        if let Some(namespace) = namespace {
+            args.extend(["-n", namespace]);
+        }
+        serde_json::from_str(&kubectl(kubeconfig, &args)).unwrap()
+    };
+    let (alpha, beta) = (get("v1alpha1"), get("v1beta1"));
+    assert_eq!(
+        alpha["metadata"]["resourceVersion"],
+        beta["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        convert(&alpha, BETA).unwrap(),
+        beta,
+        "v1alpha1 → v1beta1 of {name}"
+    );
+    assert_eq!(
+        convert(&beta, ALPHA).unwrap(),
+        alpha,
+        "v1beta1 → v1alpha1 of {name}"
+    );
+    (alpha, beta)
+}
+
+fn apply(kubeconfig: &Path, work_dir: &Path, name: &str, object: &Value) {
+    let path = work_dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, serde_yaml::to_string(object).unwrap()).unwrap();
+    kubectl(kubeconfig, &["apply", "-f", path.to_str().unwrap()]);
+}
+
+async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client, work_dir: &Path) {
+    let sidecar_set = json!({
+        "apiVersion": BETA, "kind": "SidecarSet", "metadata": {"name": "beta-sidecars"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "beta"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}},
+            "customVersion": "v7",
+            "containers": [{"name": "beta-sidecar", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
+        },
+    });
+    apply(kubeconfig, work_dir, "beta-sidecars", &sidecar_set);
+    let (alpha, beta) = views(kubeconfig, "sidecarsets", "beta-sidecars", None);
+    assert_eq!(
+        alpha["metadata"]["labels"]["apps.kruise.io/sidecarset-custom-version"],
+        "v7"
+    );
+    assert_eq!(beta["spec"]["customVersion"], "v7");
+    // Our v1alpha1 defaulting reached the v1beta1 object.
+    assert_eq!(
+        beta["spec"]["containers"][0]["podInjectPolicy"],
+        "BeforeAppContainer"
+    );
+    assert!(beta["metadata"]["annotations"]["kruise.io/sidecarset-hash"].is_string());
+
+    // Our v1alpha1 validation refuses a bad v1beta1 SidecarSet.
+    let mut typo = sidecar_set.clone();
+    typo["metadata"]["name"] = json!("beta-typo");
+    typo["spec"]["updateStrategy"] = json!({"type": "RollingUpdat"});
+    let path = work_dir.join("beta-typo.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&typo).unwrap()).unwrap();
+    let refused = kubectl_output(kubeconfig, &["apply", "-f", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("spec.updateStrategy.type"),
+        "{stderr}"
+    );
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "beta-pod", "labels": {"app": "beta"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.25"}]},
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let names: Vec<_> = created
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["beta-sidecar", "app"]);
+}
+
+async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(
+    kubeconfig: &Path,
+    client: &Client,
+    work_dir: &Path,
+) {
+    let clone_set = json!({
+        "apiVersion": BETA, "kind": "CloneSet",
+        "metadata": {"name": "beta-clone", "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "beta-clone"}},
+            "template": {
+                "metadata": {"labels": {"app": "beta-clone"}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1.25"}]},
+            },
+            "scaleStrategy": {"excludePreparingDelete": true, "enablePVCReuse": true},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
+                "podUpdatePolicy": "InPlaceIfPossible", "partition": 1, "maxUnavailable": 1,
+            }},
+        },
+    });
+    apply(kubeconfig, work_dir, "beta-clone", &clone_set);
+    let clone_sets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
+    wait_for(&clone_sets, "beta-clone", "2 ready replicas", |c| {
+        c.status
+            .as_ref()
+            .filter(|s| s.ready_replicas == 2)
+            .map(drop)
+    })
+    .await;
+    // After our defaulting and our controller's status writes, all in
+    // v1alpha1, the user's v1beta1 fields are still there.
+    let (alpha, beta) = views(kubeconfig, "clonesets", "beta-clone", Some("default"));
+    let strategy = &alpha["spec"]["updateStrategy"];
+    assert_eq!(strategy["type"], "InPlaceIfPossible");
+    assert_eq!(strategy["partition"], 1);
+    assert_eq!(
+        alpha["metadata"]["labels"]["apps.kruise.io/cloneset-scaling-exclude-preparing-delete"],
+        "true"
+    );
+    assert_eq!(
+        beta["spec"]["scaleStrategy"]["excludePreparingDelete"],
+        true
+    );
+    assert_eq!(beta["spec"]["scaleStrategy"]["enablePVCReuse"], true);
+    let rolling = &beta["spec"]["updateStrategy"]["rollingUpdate"];
+    assert_eq!(rolling["podUpdatePolicy"], "InPlaceIfPossible");
+    assert_eq!(rolling["partition"], 1);
+    assert_eq!(beta["status"]["readyReplicas"], 2);
+}
+
+fn a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig: &Path, work_dir: &Path) {
+    let distribution = json!({
+        "apiVersion": ALPHA, "kind": "ResourceDistribution", "metadata": {"name": "alpha-rd"},
+        "spec": {
+            "resource": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"},
+                         "data": {"k": "v"}},
+            "targets": {"namespaceLabelSelector": {"matchLabels": {"team": "none"}}},
+        },
+    });
+    apply(kubeconfig, work_dir, "alpha-rd", &distribution);
+    let (_, beta) = views(kubeconfig, "resourcedistributions", "alpha-rd", None);
+    assert_eq!(
+        beta["spec"]["targets"]["namespaceSelector"],
+        json!({"matchLabels": {"team": "none"}})
+    );
+}
+
+async fn everything_is_stored_as_v1beta1(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in ["sidecarsets", "clonesets", "resourcedistributions"] {
+        let crd = crds.get(&format!("{name}.apps.kruise.io")).await.unwrap();
+        let stored = crd
+            .status
+            .and_then(|s| s.stored_versions)
+            .unwrap_or_default();
+        assert_eq!(stored, ["v1beta1"], "{name}");
+    }
+}
