@@ -16,8 +16,10 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::Context;
+use kruise_controller_runtime::status::replace_status;
+
 use super::execute::execute;
+use super::{CONTROLLER_NAME, Context};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -142,12 +144,11 @@ async fn reconcile_cloneset(
     );
     status.collision_count = Some(revision_plan.collision_count);
     if cloneset.status.as_ref() != Some(&status) {
-        Api::<CloneSet>::namespaced(client.clone(), &namespace)
-            .patch_status(
-                &cloneset.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
+        let api = Api::<CloneSet>::namespaced(client.clone(), &namespace);
+        let mut updated = cloneset.clone();
+        updated.status = Some(status);
+        // Stale: the CloneSet's watch event brings the newer one next.
+        replace_status(&api, &updated, CONTROLLER_NAME)
             .await
             .map_err(ReconcileError::api("write status"))?;
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
 use kruise_devcluster::simnode::SimNodes;
+use kruise_devcluster::wait::wait_for;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -37,6 +38,44 @@ async fn clonesets_roll_out_on_the_dev_cluster() {
 
     surge_and_partition(&client, &api, &cluster.kubeconfig).await;
     in_place_with_surge(&client, &api).await;
+    a_condition_that_no_longer_applies_disappears(&api).await;
+}
+
+/// The status is written whole: with `progressDeadlineSeconds` removed,
+/// the Progressing condition goes away (a merge patch of a status whose
+/// empty condition list is left out would have kept it for ever).
+async fn a_condition_that_no_longer_applies_disappears(api: &Api<CloneSet>) {
+    let deadline = json!({"spec": {"progressDeadlineSeconds": 600}});
+    api.patch(
+        "demo-inplace",
+        &PatchParams::default(),
+        &Patch::Merge(&deadline),
+    )
+    .await
+    .unwrap();
+    let conditions = |c: &CloneSet| -> Vec<String> {
+        c.status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .map(|c| c.type_.clone())
+            .collect()
+    };
+    wait_for(api, "demo-inplace", "a Progressing condition", |c| {
+        (conditions(c) == ["Progressing"]).then_some(())
+    })
+    .await;
+    let no_deadline = json!({"spec": {"progressDeadlineSeconds": null}});
+    api.patch(
+        "demo-inplace",
+        &PatchParams::default(),
+        &Patch::Merge(&no_deadline),
+    )
+    .await
+    .unwrap();
+    wait_for(api, "demo-inplace", "no condition", |c| {
+        conditions(c).is_empty().then_some(())
+    })
+    .await;
 }
 
 /// Spec 03 §10: TOTAL never above 6, READY never below 5, 3 pods kept on

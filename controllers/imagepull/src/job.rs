@@ -24,6 +24,7 @@ use kruise_controller_runtime::api_error::{
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
 use kruise_controller_runtime::random::random_u64;
+use kruise_controller_runtime::status::replace_status;
 use kruise_controller_runtime::{metrics, outcome};
 use kruise_core::imagepull::job::{
     self, Finished, completion_type, job_image, plan, release_tags, select_targets,
@@ -458,9 +459,7 @@ async fn write_finalizers(
 async fn write_status(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
     let api: Api<ImagePullJob> =
         Api::namespaced(context.client.clone(), &job.namespace().unwrap_or_default());
-    let written = api
-        .replace_status(&job.name_any(), &PostParams::default(), job)
-        .await;
+    let written = replace_status(&api, job, CONTROLLER_NAME).await;
     unless_raced(written, "write the job's status")
 }
 

@@ -15,6 +15,7 @@ use kruise_controller_runtime::api_error::{
     is_already_exists, is_conflict, is_not_found, unless_raced,
 };
 use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::status::replace_status;
 use kruise_controller_runtime::{metrics, outcome};
 use kruise_core::imagepull::nodeimage::{Lifecycle, Referents, housekeep, lifecycle, watchdog};
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
@@ -159,10 +160,7 @@ async fn tend(
     let (status, deadline) = watchdog(&image, now);
     if let Some(status) = status {
         image.status = Some(status);
-        let name = image.name_any();
-        let written = images
-            .replace_status(&name, &PostParams::default(), &image)
-            .await;
+        let written = replace_status(images, &image, CONTROLLER_NAME).await;
         unless_raced(written, "write the NodeImage's status")?;
     }
     let next = [cleaned.requeue, deadline]

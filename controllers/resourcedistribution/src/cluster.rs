@@ -15,6 +15,9 @@ use kube::api::{
 use kube::{Api, Client};
 use serde_json::Value;
 
+use kruise_controller_runtime::api_error::is_not_found;
+use kruise_controller_runtime::status::{StatusWrite, replace_status};
+
 use crate::FIELD_MANAGER;
 
 /// How many writes of one reconcile run at once.
@@ -190,39 +193,18 @@ async fn write(
     }
 }
 
-/// What became of a status write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum StatusWrite {
-    Written,
-    /// The distribution changed since it was read (409): its watch event
-    /// brings the new version, and a reconcile with it.
-    Stale,
-    /// The distribution is gone.
-    Gone,
-}
-
-/// Replaces the whole status through the status subresource, guarded by
-/// the resourceVersion read, so a status computed from a stale read never
-/// lands.
+/// Replaces the whole status, guarded by the resourceVersion read. A
+/// stale write (409) is no failure: the distribution's watch event brings
+/// the new version, and a reconcile with it.
 pub(crate) async fn write_status(
     client: &Client,
     distribution: &ResourceDistribution,
     status: ResourceDistributionStatus,
 ) -> Result<StatusWrite, kube::Error> {
     let api: Api<ResourceDistribution> = Api::all(client.clone());
-    let name = distribution.metadata.name.clone().unwrap_or_default();
     let mut updated = distribution.clone();
     updated.status = Some(status);
-    let post = PostParams {
-        dry_run: false,
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-    };
-    match api.replace_status(&name, &post, &updated).await {
-        Ok(_) => Ok(StatusWrite::Written),
-        Err(error) if is_conflict(&error) => Ok(StatusWrite::Stale),
-        Err(error) if is_not_found(&error) => Ok(StatusWrite::Gone),
-        Err(error) => Err(error),
-    }
+    replace_status(&api, &updated, FIELD_MANAGER).await
 }
 
 pub(crate) fn verb(action: &Action) -> &'static str {
@@ -243,14 +225,6 @@ fn api_resource(kind: ResourceKind) -> ApiResource {
 fn decode(object: &Value) -> Result<DynamicObject, String> {
     serde_json::from_value(object.clone())
         .map_err(|error| format!("cannot encode the copy: {error}"))
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.is_not_found())
-}
-
-fn is_conflict(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.is_conflict())
 }
 
 /// The API server's message when there is one (what the status shows).

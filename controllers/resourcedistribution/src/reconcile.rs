@@ -11,7 +11,9 @@ use kruise_core::resourcedistribution::{
 use kube::Resource;
 use kube::runtime::controller::Action;
 
-use crate::cluster::{self, ReadError, StatusWrite};
+use kruise_controller_runtime::status::StatusWrite;
+
+use crate::cluster::{self, ReadError};
 use crate::context::Context;
 use crate::events;
 

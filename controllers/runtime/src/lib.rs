@@ -1,7 +1,7 @@
 //! What every controller shares, written once: best-effort events, one
-//! retry backoff, the API answers a controller branches on, reconcile
-//! metrics, how the results of a reconcile stream are logged, and random
-//! draws.
+//! retry backoff, one status writer, the API answers a controller branches
+//! on, reconcile metrics, how the results of a reconcile stream are
+//! logged, and random draws.
 
 pub mod api_error;
 pub mod backoff;
@@ -9,3 +9,4 @@ pub mod events;
 pub mod metrics;
 pub mod outcome;
 pub mod random;
+pub mod status;

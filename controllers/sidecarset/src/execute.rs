@@ -14,6 +14,8 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 
+use kruise_controller_runtime::status::replace_status;
+
 use crate::{CONTROLLER_NAME, Context, Error, REVISION_NAMESPACE, ensure_revision_namespace};
 
 /// How many times a revision create may collide before the round fails.
@@ -102,31 +104,17 @@ fn sidecar_set_name(sidecar_set: &SidecarSet) -> &str {
     sidecar_set.metadata.name.as_deref().unwrap_or_default()
 }
 
-/// The status as a merge patch: every field is written, absent optional
-/// ones as `null`, so nothing stale survives (a zero `updatedReadyPods`
-/// is not serialised by the type).
-pub(crate) fn status_patch(status: &SidecarSetStatus) -> Value {
-    json!({
-        "status": {
-            "observedGeneration": status.observed_generation,
-            "matchedPods": status.matched_pods,
-            "updatedPods": status.updated_pods,
-            "readyPods": status.ready_pods,
-            "updatedReadyPods": status.updated_ready_pods,
-            "latestRevision": status.latest_revision,
-            "collisionCount": status.collision_count,
-        }
-    })
-}
-
+/// The whole status, on the version the round read (a stale one is
+/// dropped: the SidecarSet's watch event brings the next round).
 pub(crate) async fn write_status(
     client: &Client,
-    name: &str,
+    sidecar_set: &SidecarSet,
     status: &SidecarSetStatus,
 ) -> Result<(), kube::Error> {
     let api: Api<SidecarSet> = Api::all(client.clone());
-    api.patch_status(name, &params(), &Patch::Merge(status_patch(status)))
-        .await?;
+    let mut updated = sidecar_set.clone();
+    updated.status = Some(status.clone());
+    replace_status(&api, &updated, CONTROLLER_NAME).await?;
     Ok(())
 }
 
@@ -154,7 +142,7 @@ pub(crate) async fn execute(
     let client = &context.client;
     let name = sidecar_set_name(sidecar_set);
     if plan.status_changed {
-        write_status(client, name, &plan.status).await?;
+        write_status(client, sidecar_set, &plan.status).await?;
     }
     let reference = sidecar_set.object_ref(&());
     for event in &plan.events {
@@ -314,27 +302,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-
-    #[test]
-    fn the_status_patch_writes_every_field() {
-        let status = SidecarSetStatus {
-            observed_generation: Some(3),
-            matched_pods: 4,
-            updated_pods: 1,
-            ready_pods: 3,
-            updated_ready_pods: 0,
-            latest_revision: None,
-            collision_count: Some(0),
-        };
-        assert_eq!(
-            status_patch(&status),
-            json!({"status": {
-                "observedGeneration": 3, "matchedPods": 4, "updatedPods": 1,
-                "readyPods": 3, "updatedReadyPods": 0, "latestRevision": null,
-                "collisionCount": 0,
-            }})
-        );
-    }
 
     #[test]
     fn pod_references_carry_the_uid_when_known() {

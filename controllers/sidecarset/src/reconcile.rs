@@ -92,7 +92,7 @@ pub(crate) async fn reconcile_once(
                 Some(collision_count),
             );
             if sidecar_set.status.as_ref() != Some(&status) {
-                execute::write_status(client, &name, &status).await?;
+                execute::write_status(client, &sidecar_set, &status).await?;
             }
             return Err(error.into());
         }
