@@ -192,7 +192,16 @@ fn the_columns_show_the_counts(env: &DevEnvironment, job: &ImagePullJob) {
         .map(|h| cell(&jobs, h))
         .collect();
     assert_eq!(cells, ["3", "", "3", ""], "{jobs}");
-    assert_eq!(cell(&jobs, "MESSAGE"), "job has completed", "{jobs}");
+    // kubectl shows the preferred version, v1beta1, which (as OpenKruise's)
+    // has no MESSAGE column; v1alpha1's has.
+    assert!(!jobs.contains("MESSAGE"), "{jobs}");
+    let alpha = ["get", "imagepulljobs.v1alpha1.apps.kruise.io", name];
+    let alpha_jobs = kubectl(env.kubeconfig(), &alpha);
+    assert_eq!(
+        cell(&alpha_jobs, "MESSAGE"),
+        "job has completed",
+        "{alpha_jobs}"
+    );
     let nodes = kubectl(env.kubeconfig(), &["get", "nodeimage", "sim-node-1"]);
     let cells: Vec<&str> = ["DESIRED", "PULLING", "SUCCEED", "FAILED"]
         .iter()
