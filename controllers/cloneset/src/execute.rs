@@ -6,6 +6,7 @@ use std::hash::{BuildHasher, Hasher};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::CloneSet;
+use kruise_core::cloneset::claims::plan_claims;
 use kruise_core::cloneset::in_place_apply::{
     apply_graced_patch, lifecycle_patch, ready_status_patch, start_status_patch, update_patch,
 };
@@ -14,7 +15,7 @@ use kruise_core::cloneset::{
     CONDITION_IN_PLACE_UPDATE_READY, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
     LABEL_SPECIFIED_DELETE, Plan, Revisions,
 };
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -37,7 +38,10 @@ pub(crate) async fn execute(
         pods: &pod_api,
     };
 
-    writer.create_pods(pods, revisions, plan, now).await?;
+    let claims = writer.list_claims().await?;
+    let claim_plan = plan_claims(cloneset, pods, &claims, &plan.delete);
+    let mut ids = InstanceIds::new(pods, &claims, claim_plan.reusable_ids);
+    writer.create_pods(&mut ids, revisions, plan, now).await?;
     for name in &plan.delete {
         match pod_api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {
@@ -49,6 +53,7 @@ pub(crate) async fn execute(
             Err(error) => return Err(ReconcileError::api(format!("delete pod {name}"))(error)),
         }
     }
+    writer.delete_claims(&claim_plan.delete).await?;
     for name in &plan.mark_specified_delete {
         writer
             .patch(
@@ -127,6 +132,32 @@ pub(crate) async fn execute(
     Ok(())
 }
 
+/// The ids new pods take: those whose claims wait for a pod first, then
+/// fresh ones unique among every pod's and claim's.
+struct InstanceIds {
+    reusable: std::vec::IntoIter<String>,
+    taken: BTreeSet<String>,
+}
+
+impl InstanceIds {
+    fn new(pods: &[Pod], claims: &[PersistentVolumeClaim], reusable: Vec<String>) -> Self {
+        let pod_ids = pods.iter().map(|p| p.labels().get(LABEL_INSTANCE_ID));
+        let claim_ids = claims.iter().map(|c| c.labels().get(LABEL_INSTANCE_ID));
+        Self {
+            reusable: reusable.into_iter(),
+            taken: pod_ids.chain(claim_ids).flatten().cloned().collect(),
+        }
+    }
+
+    fn next(&mut self, count: usize) -> Vec<String> {
+        let mut ids: Vec<String> = self.reusable.by_ref().take(count).collect();
+        let fresh = new_instance_ids(&self.taken, count - ids.len(), &mut random_draws());
+        self.taken.extend(fresh.iter().cloned());
+        ids.extend(fresh);
+        ids
+    }
+}
+
 struct Writer<'a> {
     context: &'a Context,
     cloneset: &'a CloneSet,
@@ -136,24 +167,18 @@ struct Writer<'a> {
 impl Writer<'_> {
     async fn create_pods(
         &self,
-        pods: &[Pod],
+        ids: &mut InstanceIds,
         revisions: &Revisions,
         plan: &Plan,
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
         let cloneset = self.cloneset;
-        let mut taken: BTreeSet<String> = pods
-            .iter()
-            .filter_map(|p| p.labels().get(LABEL_INSTANCE_ID).cloned())
-            .collect();
-        let mut draw = random_draws();
         for creation in &plan.create {
             let Some(template) = revisions.template_of(&creation.revision) else {
                 continue;
             };
             let count = usize::try_from(creation.count).unwrap_or(0);
-            for id in new_instance_ids(&taken, count, &mut draw) {
-                taken.insert(id.clone());
+            for id in ids.next(count) {
                 self.create_claims(&new_claims(cloneset, &id)).await?;
                 let pod = new_pod(cloneset, &creation.revision, template, &id, now);
                 self.pods
@@ -190,10 +215,46 @@ impl Writer<'_> {
             )))
     }
 
-    async fn create_claims(&self, claims: &[PersistentVolumeClaim]) -> Result<(), ReconcileError> {
+    /// The claims carrying an instance id in the CloneSet's namespace (none
+    /// listed when it has no claim templates).
+    async fn list_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ReconcileError> {
+        if self.cloneset.spec.volume_claim_templates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.claims_api()
+            .list(&ListParams::default().labels(LABEL_INSTANCE_ID))
+            .await
+            .map(|list| list.items)
+            .map_err(ReconcileError::api("list claims"))
+    }
+
+    async fn delete_claims(&self, names: &[String]) -> Result<(), ReconcileError> {
+        for name in names {
+            match self
+                .claims_api()
+                .delete(name, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {
+                    self.event("SuccessfulDelete", &format!("succeed to delete pvc {name}"))
+                        .await;
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => {
+                    return Err(ReconcileError::api(format!("delete claim {name}"))(error));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn claims_api(&self) -> Api<PersistentVolumeClaim> {
         let namespace = self.cloneset.namespace().unwrap_or_default();
-        let api: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.context.client.clone(), &namespace);
+        Api::namespaced(self.context.client.clone(), &namespace)
+    }
+
+    async fn create_claims(&self, claims: &[PersistentVolumeClaim]) -> Result<(), ReconcileError> {
+        let api = self.claims_api();
         for claim in claims {
             match api.create(&PostParams::default(), claim).await {
                 Ok(_) => {}

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::CloneSet;
 
+pub mod claims;
 mod diffs;
 mod in_place;
 pub mod in_place_apply;

@@ -1,0 +1,168 @@
+//! The CloneSet's own PersistentVolumeClaims (from `volumeClaimTemplates`),
+//! as OpenKruise keeps them (pkg/controller/cloneset/sync/cloneset_scale.go):
+//! - a pod the controller deletes (scale-in, or a ReCreate update, which
+//!   deletes through the same path) takes its claims with it;
+//! - a pod that went away otherwise (deleted by hand, evicted) leaves its
+//!   claims, and the next pod created takes that instance id again, so it
+//!   binds them (PVC reuse);
+//! - with `disablePVCReuse`, such left-over claims are deleted instead, and
+//!   the next pod gets a new id and new claims.
+//!
+//! Claims without the CloneSet as controller are never touched.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kruise_api::CloneSet;
+
+use super::LABEL_INSTANCE_ID;
+use crate::owner::is_controlled_by;
+
+/// What to do with the claims this round.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimPlan {
+    /// Claims to delete, by name.
+    pub delete: Vec<String>,
+    /// Instance ids whose claims wait for a pod: new pods take these first.
+    pub reusable_ids: Vec<String>,
+}
+
+/// `pods` are the CloneSet's pods as listed (terminating ones included),
+/// `deleted` the names of those the round deletes.
+pub fn plan_claims(
+    cloneset: &CloneSet,
+    pods: &[Pod],
+    claims: &[PersistentVolumeClaim],
+    deleted: &[String],
+) -> ClaimPlan {
+    let uid = cloneset.metadata.uid.as_deref().unwrap_or_default();
+    let id_of = |labels: Option<&std::collections::BTreeMap<String, String>>| {
+        labels.and_then(|l| l.get(LABEL_INSTANCE_ID)).cloned()
+    };
+    let deleted_ids: BTreeSet<String> = pods
+        .iter()
+        .filter(|pod| {
+            pod.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| deleted.contains(n))
+        })
+        .filter_map(|pod| id_of(pod.metadata.labels.as_ref()))
+        .collect();
+    let live_ids: BTreeSet<String> = pods
+        .iter()
+        .filter_map(|pod| id_of(pod.metadata.labels.as_ref()))
+        .filter(|id| !deleted_ids.contains(id))
+        .collect();
+    let reuse = !cloneset
+        .spec
+        .scale_strategy
+        .as_ref()
+        .is_some_and(|s| s.disable_pvc_reuse);
+    let mut plan = ClaimPlan::default();
+    let mut reusable = BTreeSet::new();
+    for claim in claims {
+        let meta = &claim.metadata;
+        if !is_controlled_by(meta, uid) || meta.deletion_timestamp.is_some() {
+            continue;
+        }
+        let (Some(id), Some(name)) = (id_of(meta.labels.as_ref()), meta.name.clone()) else {
+            continue;
+        };
+        if deleted_ids.contains(&id) || (!reuse && !live_ids.contains(&id)) {
+            plan.delete.push(name);
+        } else if !live_ids.contains(&id) {
+            reusable.insert(id);
+        }
+    }
+    plan.reusable_ids = reusable.into_iter().collect();
+    plan
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const UID: &str = "cs-uid";
+
+    fn cloneset(disable_reuse: bool) -> CloneSet {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+            "metadata": {"name": "cs", "namespace": "default", "uid": UID},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "a"}},
+                "template": {"metadata": {"labels": {"app": "a"}},
+                             "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                "scaleStrategy": {"disablePVCReuse": disable_reuse},
+            },
+        }))
+        .unwrap()
+    }
+
+    fn pod(id: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("cs-{id}"), "labels": {LABEL_INSTANCE_ID: id}},
+        }))
+        .unwrap()
+    }
+
+    fn claim(id: &str, owner: &str, terminating: bool) -> PersistentVolumeClaim {
+        let mut metadata = json!({
+            "name": format!("data-cs-{id}"),
+            "labels": {LABEL_INSTANCE_ID: id},
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                                 "name": "cs", "uid": owner, "controller": true}],
+        });
+        if terminating {
+            metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(json!({"metadata": metadata})).unwrap()
+    }
+
+    #[test]
+    fn a_deleted_pod_takes_its_claims() {
+        let pods = [pod("aaaaa"), pod("bbbbb")];
+        let claims = [claim("aaaaa", UID, false), claim("bbbbb", UID, false)];
+        let plan = plan_claims(&cloneset(false), &pods, &claims, &["cs-bbbbb".to_owned()]);
+        assert_eq!(plan.delete, ["data-cs-bbbbb"]);
+        assert!(plan.reusable_ids.is_empty());
+    }
+
+    #[test]
+    fn claims_of_a_vanished_pod_are_reused_or_deleted() {
+        let pods = [pod("aaaaa")];
+        let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
+        let reused = plan_claims(&cloneset(false), &pods, &claims, &[]);
+        assert_eq!(
+            reused,
+            ClaimPlan {
+                delete: vec![],
+                reusable_ids: vec!["ccccc".to_owned()]
+            }
+        );
+        let deleted = plan_claims(&cloneset(true), &pods, &claims, &[]);
+        assert_eq!(
+            deleted,
+            ClaimPlan {
+                delete: vec!["data-cs-ccccc".to_owned()],
+                reusable_ids: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn foreign_and_terminating_claims_are_left_alone() {
+        let claims = [
+            claim("ddddd", "someone-else", false),
+            claim("eeeee", UID, true),
+        ];
+        for disable in [false, true] {
+            let plan = plan_claims(&cloneset(disable), &[], &claims, &[]);
+            assert_eq!(plan, ClaimPlan::default());
+        }
+    }
+}
