@@ -7,11 +7,12 @@
 use std::time::{Duration, Instant};
 
 use kruise_api::SidecarSet;
+use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::{DevCluster, Options};
 use kruise_wasm_host::capabilities::ContextAwareResource;
 use kruise_wasm_host::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
 use kruise_wasm_host::live_cluster::{Credentials, LiveCluster};
-use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
+use kruise_wasm_host::server::start_conversion_only;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -68,12 +69,9 @@ fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
         .block_on(DevCluster::start(Options::default()))
         .unwrap();
     let client = cluster.client();
-    // Our CRDs store v1beta1: the API server converts through this host.
-    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
-    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
-    let conversion = cluster.conversion_webhook(converter.address);
-    runtime
-        .block_on(kruise_devcluster::crds::install(&client, &conversion))
+    // Our CRDs store v1beta1: the API server converts through a host.
+    let _converter = runtime
+        .block_on(install_converted_by(&cluster, start_conversion_only))
         .unwrap();
     let sets: Api<SidecarSet> = Api::all(client.clone());
     runtime

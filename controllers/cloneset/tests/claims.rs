@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 use kruise_core::cloneset::LABEL_INSTANCE_ID;
+use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::{DevCluster, Options};
-use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
+use kruise_wasm_host::server::start_conversion_only;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -98,10 +99,7 @@ async fn claims_follow_their_pods_and_are_reused_unless_disabled() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
     // Our CRDs store v1beta1: the API server converts through a host.
-    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
-    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
-    let conversion = cluster.conversion_webhook(converter.address);
-    kruise_devcluster::crds::install(&client, &conversion)
+    let _converter = install_converted_by(&cluster, start_conversion_only)
         .await
         .unwrap();
     tokio::spawn(kruise_cloneset_controller::run(client.clone()));
@@ -169,5 +167,4 @@ async fn claims_follow_their_pods_and_are_reused_unless_disabled() {
         kept.iter().all(|claim| renewed.claims.contains(*claim)),
         "the other claim kept"
     );
-    converter.shutdown();
 }

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
+use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::simnode::{READY_AFTER_SECONDS, SimNodes};
 use kruise_devcluster::{DevCluster, Options};
-use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
+use kruise_wasm_host::server::start_conversion_only;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -54,10 +55,7 @@ async fn a_restart_and_conflicting_writers_lose_nothing() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
     // Our CRDs store v1beta1: the API server converts through a host.
-    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
-    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
-    let conversion = cluster.conversion_webhook(converter.address);
-    kruise_devcluster::crds::install(&client, &conversion)
+    let _converter = install_converted_by(&cluster, start_conversion_only)
         .await
         .unwrap();
     let _nodes = SimNodes::start(client.clone(), 3).await.unwrap();

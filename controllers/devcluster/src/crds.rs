@@ -5,6 +5,8 @@
 //! every object it stores or reads through the webhook host's `/convert`:
 //! install them with the address of a running host.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -23,6 +25,20 @@ pub struct ConversionWebhook {
     pub url: String,
     /// The CA the host's serving certificate is signed by.
     pub ca_pem: String,
+}
+
+/// Starts a conversion host with `start` (given the serving certificate
+/// and key files it is to use; it returns the host and its address), then
+/// installs the CRDs converted by it. The host is handed back: keep it
+/// running while the cluster is used.
+pub async fn install_converted_by<H>(
+    cluster: &crate::DevCluster,
+    start: impl FnOnce(PathBuf, PathBuf) -> Result<(H, SocketAddr), String>,
+) -> Result<H, String> {
+    let (cert, key) = cluster.write_serving_files("conversion")?;
+    let (host, address) = start(cert, key)?;
+    install(&cluster.client(), &cluster.conversion_webhook(address)).await?;
+    Ok(host)
 }
 
 /// Applies every CRD (server-side apply, so reruns are no-ops), converted

@@ -119,14 +119,7 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
     let mut second = pod.clone();
     second.metadata.name = Some("test-pod-2".to_owned());
     let created = pods.create(&PostParams::default(), &second).await.unwrap();
-    let names: Vec<String> = created
-        .spec
-        .unwrap()
-        .containers
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
-    assert_eq!(names, ["sidecar1", "app"]);
+    assert_eq!(support::container_names(&created), ["sidecar1", "app"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let pod = pods.get("test-pod-2").await.unwrap();

@@ -20,7 +20,7 @@ use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::{kubectl, kubectl_output};
+use support::{container_names, kubectl, kubectl_output};
 
 const ALPHA: &str = "apps.kruise.io/v1alpha1";
 const BETA: &str = "apps.kruise.io/v1beta1";
@@ -115,14 +115,7 @@ async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client, work_d
     }))
     .unwrap();
     let created = pods.create(&PostParams::default(), &pod).await.unwrap();
-    let names: Vec<_> = created
-        .spec
-        .unwrap()
-        .containers
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
-    assert_eq!(names, ["beta-sidecar", "app"]);
+    assert_eq!(container_names(&created), ["beta-sidecar", "app"]);
 }
 
 async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(

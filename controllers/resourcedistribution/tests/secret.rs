@@ -13,10 +13,11 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kruise_api::ResourceDistribution;
 use kruise_core::resourcedistribution::RESOURCE_HASH_ANNOTATION;
+use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_resourcedistribution_controller::run;
-use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
+use kruise_wasm_host::server::start_conversion_only;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -94,10 +95,7 @@ async fn secret_to_all_namespaces() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
     // Our CRDs store v1beta1: the API server converts through a host.
-    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
-    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
-    let conversion = cluster.conversion_webhook(converter.address);
-    kruise_devcluster::crds::install(&client, &conversion)
+    let _converter = install_converted_by(&cluster, start_conversion_only)
         .await
         .unwrap();
     for name in ["team-a", "team-b"] {

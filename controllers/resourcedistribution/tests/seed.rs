@@ -21,10 +21,11 @@ use kruise_core::resourcedistribution::{
     MESSAGE_CONFLICT, MESSAGE_NAMESPACE_NOT_EXISTS, RESOURCE_FROM_ANNOTATION,
     RESOURCE_HASH_ANNOTATION, resource_hash,
 };
+use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::wait::{eventually, wait_for, wait_gone};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_resourcedistribution_controller::{CONTROLLER_NAME, run};
-use kruise_wasm_host::server::{TlsFiles, start_conversion_only};
+use kruise_wasm_host::server::start_conversion_only;
 use kube::api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
@@ -202,10 +203,7 @@ async fn seed_example_end_to_end() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
     let client = cluster.client();
     // Our CRDs store v1beta1: the API server converts through a host.
-    let (cert, key) = cluster.write_serving_files("conversion").unwrap();
-    let converter = start_conversion_only(TlsFiles { cert, key }).unwrap();
-    let conversion = cluster.conversion_webhook(converter.address);
-    kruise_devcluster::crds::install(&client, &conversion)
+    let _converter = install_converted_by(&cluster, start_conversion_only)
         .await
         .unwrap();
     let world = set_up(client.clone()).await;

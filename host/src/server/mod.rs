@@ -115,18 +115,24 @@ impl RunningServer {
 /// loopback port: what a cluster running controllers without admission
 /// (their own end-to-end tests) needs for our CRDs. It may be called from
 /// async code: the start, which blocks, runs on a thread of its own.
-pub fn start_conversion_only(tls: TlsFiles) -> Result<RunningServer, String> {
+/// Returns the server and its address.
+pub fn start_conversion_only(
+    cert: PathBuf,
+    key: PathBuf,
+) -> Result<(RunningServer, SocketAddr), String> {
     let config = ServerConfig {
         address: IpAddr::from([127, 0, 0, 1]),
         port: 0,
         readiness_port: 0,
         workers: 1,
-        tls: Some(tls),
+        tls: Some(TlsFiles { cert, key }),
         ..ServerConfig::default()
     };
-    std::thread::spawn(move || start(Policies::default(), &config))
+    let server = std::thread::spawn(move || start(Policies::default(), &config))
         .join()
-        .map_err(|_| "the conversion server panicked while starting".to_owned())?
+        .map_err(|_| "the conversion server panicked while starting".to_owned())??;
+    let address = server.address;
+    Ok((server, address))
 }
 
 /// Binds both listeners and starts serving. Binding happens before this

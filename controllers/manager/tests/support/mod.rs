@@ -19,6 +19,15 @@ pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples")
 }
 
+/// The names of a pod's containers, in order.
+pub fn container_names(pod: &k8s_openapi::api::core::v1::Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|spec| &spec.containers)
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 /// Runs kubectl and fails the test on a non-zero exit; its stdout.
 pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     let output = kubectl_output(kubeconfig, args);
