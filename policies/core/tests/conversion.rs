@@ -174,6 +174,30 @@ fn cloneset_image_predownload_annotations_become_spec_fields() {
 }
 
 #[test]
+fn cloneset_an_unknown_type_passes_through_both_ways() {
+    // OpenKruise turns it into ReCreate; we keep the typo, so that
+    // validation and the controller still see and report it.
+    let metadata = json!({"name": "cs", "namespace": "default"});
+    let alpha = cloneset(
+        ALPHA,
+        metadata.clone(),
+        json!({
+            "scaleStrategy": {}, "updateStrategy": {"type": "InPlaceIfPosible"},
+        }),
+    );
+    let beta = cloneset(
+        BETA,
+        metadata,
+        json!({
+            "scaleStrategy": {"enablePVCReuse": true},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"podUpdatePolicy": "InPlaceIfPosible"}},
+        }),
+    );
+    assert_converts(&alpha, BETA, &beta);
+    assert_converts(&beta, ALPHA, &alpha);
+}
+
+#[test]
 fn cloneset_on_delete_has_no_rolling_update() {
     let metadata = json!({"name": "cs", "namespace": "default"});
     let alpha = cloneset(

@@ -28,7 +28,6 @@ const ROLLING_FIELDS: [&str; 6] = [
 
 const ON_DELETE: &str = "OnDelete";
 const RE_CREATE: &str = "ReCreate";
-const IN_PLACE_POLICIES: [&str; 2] = ["InPlaceIfPossible", "InPlaceOnly"];
 
 pub(super) fn to_v1beta1(object: &mut Object) -> Result<(), ConversionError> {
     let exclude = metadata_value(object, "labels", LABEL_EXCLUDE_PREPARING_DELETE) == Some("true");
@@ -48,10 +47,13 @@ pub(super) fn to_v1beta1(object: &mut Object) -> Result<(), ConversionError> {
 
     let mut alpha = take_object(spec, "updateStrategy", "spec.updateStrategy")?.unwrap_or_default();
     let alpha_type = string_at(&alpha, "type", "spec.updateStrategy.type")?.unwrap_or_default();
+    // OpenKruise turns an unknown type into ReCreate; we pass it through
+    // (v1beta1's policy is a free string), so a typo still reaches our
+    // validation and controller and is reported instead of vanishing.
     let policy = match alpha_type {
         ON_DELETE => None,
-        policy if IN_PLACE_POLICIES.contains(&policy) => Some(policy.to_owned()),
-        _ => Some(RE_CREATE.to_owned()),
+        "" => Some(RE_CREATE.to_owned()),
+        policy => Some(policy.to_owned()),
     };
     let mut beta = Map::new();
     let Some(policy) = policy else {
@@ -108,9 +110,10 @@ pub(super) fn to_v1alpha1(object: &mut Object) -> Result<(), ConversionError> {
             )?,
             None => None,
         };
+        // An unknown policy passes through too (see `to_v1beta1`).
         match policy {
-            Some(policy) if IN_PLACE_POLICIES.contains(&policy) => policy.to_owned(),
-            _ => RE_CREATE.to_owned(),
+            None | Some("") => RE_CREATE.to_owned(),
+            Some(policy) => policy.to_owned(),
         }
     };
     let mut alpha = Map::new();
