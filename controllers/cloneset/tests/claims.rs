@@ -94,6 +94,22 @@ async fn settled(client: &Client, count: usize, what: &str) -> Ids {
     }
 }
 
+/// Waits until the controller's status reports `generation`.
+async fn observed(clonesets: &Api<CloneSet>, generation: Option<i64>) {
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let now = clonesets.get(NAME).await.unwrap();
+        if now.status.and_then(|s| s.observed_generation) == generation {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "generation {generation:?} never observed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn claims_follow_their_pods_and_are_reused_unless_disabled() {
     let cluster = DevCluster::start(Options::default()).await.unwrap();
@@ -146,10 +162,14 @@ async fn claims_follow_their_pods_and_are_reused_unless_disabled() {
 
     // With reuse disabled, the claim goes and the new pod gets a new one.
     let disable = json!({"spec": {"scaleStrategy": {"disablePVCReuse": true}}});
-    clonesets
+    let disabled = clonesets
         .patch(NAME, &PatchParams::default(), &Patch::Merge(&disable))
         .await
         .unwrap();
+    // The pod's deletion and the CloneSet's change arrive on different
+    // watches: until the controller reports the new generation, it may still
+    // act on the old spec and reuse the claim.
+    observed(&clonesets, disabled.metadata.generation).await;
     pods.delete(&format!("{NAME}-{gone}"), &DeleteParams::default())
         .await
         .unwrap();
