@@ -1,12 +1,14 @@
 //! What every controller shares, written once: best-effort events, one
 //! retry backoff, one status writer, the API answers a controller branches
-//! on, reconcile metrics, how the results of a reconcile stream are
+//! on, reconcile metrics, cache readiness, leader election, how the results of a reconcile stream are
 //! logged, and random draws.
 
 pub mod api_error;
 pub mod backoff;
 pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod outcome;
 pub mod random;
+pub mod readiness;
 pub mod status;
