@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{CloneSet, Stored};
 use kruise_controller_runtime::events::Events;
-use kruise_controller_runtime::metrics;
+use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -39,26 +39,28 @@ pub async fn run(client: Client) {
     });
     // Stored<_>: one CloneSet our types cannot read must not fail the watch
     // of all the others (reconcile reports and skips it).
-    Controller::new(
+    let controller = Controller::new(
         Api::<Stored<CloneSet>>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
-    .owns(
-        Api::<ControllerRevision>::all(client),
-        watcher::Config::default(),
-    )
-    .run(
-        metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
-        on_error,
-        context,
-    )
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "cloneset reconcile");
-        }
-    })
-    .await;
+    );
+    readiness::global().track(CONTROLLER_NAME, controller.store());
+    controller
+        .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .owns(
+            Api::<ControllerRevision>::all(client),
+            watcher::Config::default(),
+        )
+        .run(
+            metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
+            on_error,
+            context,
+        )
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "cloneset reconcile");
+            }
+        })
+        .await;
 }
 
 // The signature is kube-runtime's error policy.

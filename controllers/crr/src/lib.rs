@@ -28,8 +28,8 @@ use futures::StreamExt;
 use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
-use kruise_controller_runtime::metrics;
 use kruise_controller_runtime::outcome;
+use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -58,7 +58,9 @@ pub async fn run(client: Client) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     // Stored<_>: one request our types cannot read must not stop the watch.
     let requests = Api::<Stored<ContainerRecreateRequest>>::all(client);
-    Controller::new(requests, watcher::Config::default())
+    let controller = Controller::new(requests, watcher::Config::default());
+    readiness::global().track(CONTROLLER_NAME, controller.store());
+    controller
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
             on_error,

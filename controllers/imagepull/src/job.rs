@@ -25,7 +25,7 @@ use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
 use kruise_controller_runtime::random::random_u64;
 use kruise_controller_runtime::status::replace_status;
-use kruise_controller_runtime::{metrics, outcome};
+use kruise_controller_runtime::{metrics, outcome, readiness};
 use kruise_core::imagepull::job::{
     self, Finished, completion_type, job_image, plan, release_tags, select_targets,
     sync_node_image, tag_pull_policy,
@@ -65,7 +65,9 @@ pub async fn run(client: Client, options: Options) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let jobs = Api::<Stored<ImagePullJob>>::all(client.clone());
     let node_images = Api::<Stored<NodeImage>>::all(client);
-    Controller::new(jobs, watcher::Config::default())
+    let controller = Controller::new(jobs, watcher::Config::default());
+    readiness::global().track(CONTROLLER_NAME, controller.store());
+    controller
         .watches(node_images, watcher::Config::default(), jobs_named_in)
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile),

@@ -16,7 +16,7 @@ use kruise_controller_runtime::api_error::{
 };
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::status::replace_status;
-use kruise_controller_runtime::{metrics, outcome};
+use kruise_controller_runtime::{metrics, outcome, readiness};
 use kruise_core::imagepull::nodeimage::{Lifecycle, Referents, housekeep, lifecycle, watchdog};
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -26,6 +26,8 @@ use kube::{Api, Client, ResourceExt};
 use crate::{Error, Options, failed};
 
 pub const CONTROLLER_NAME: &str = "kruise-nodeimage-controller";
+/// Its second cache, the nodes (readiness waits for both).
+pub const NODES_CACHE: &str = "kruise-nodeimage-controller/nodes";
 /// Every NodeImage is looked at again this often without an event (the
 /// watchdog's deadlines are minutes long).
 const RESYNC: Duration = Duration::from_secs(30);
@@ -46,7 +48,9 @@ pub async fn run(client: Client, options: Options) {
         options,
     });
     tracing::info!(controller = CONTROLLER_NAME, "starting");
-    let by_node = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
+    let by_node = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default());
+    readiness::global().track(NODES_CACHE, by_node.store());
+    let by_node = by_node
         .run(
             metrics::timed(CONTROLLER_NAME, |node: Arc<Node>, context| async move {
                 sync(&node.name_any(), context).await
@@ -58,18 +62,20 @@ pub async fn run(client: Client, options: Options) {
     let by_image = Controller::new(
         Api::<Stored<NodeImage>>::all(client),
         watcher::Config::default(),
-    )
-    .run(
-        metrics::timed(
-            CONTROLLER_NAME,
-            |image: Arc<Stored<NodeImage>>, context| async move {
-                sync(&image.name_any(), context).await
-            },
-        ),
-        on_error,
-        context,
-    )
-    .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) });
+    );
+    readiness::global().track(CONTROLLER_NAME, by_image.store());
+    let by_image = by_image
+        .run(
+            metrics::timed(
+                CONTROLLER_NAME,
+                |image: Arc<Stored<NodeImage>>, context| async move {
+                    sync(&image.name_any(), context).await
+                },
+            ),
+            on_error,
+            context,
+        )
+        .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) });
     futures::join!(by_node, by_image);
 }
 

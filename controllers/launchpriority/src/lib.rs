@@ -32,8 +32,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
-use kruise_controller_runtime::metrics;
 use kruise_controller_runtime::outcome;
+use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -62,7 +62,9 @@ pub async fn run(client: Client) {
         client: client.clone(),
     });
     tracing::info!(controller = CONTROLLER_NAME, "starting");
-    Controller::new(Api::<Pod>::all(client), watcher::Config::default())
+    let controller = Controller::new(Api::<Pod>::all(client), watcher::Config::default());
+    readiness::global().track(CONTROLLER_NAME, controller.store());
+    controller
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
             on_error,

@@ -38,7 +38,7 @@ use futures::StreamExt;
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kruise_api::{ResourceDistribution, Stored};
-use kruise_controller_runtime::metrics;
+use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::resourcedistribution::{ResourceKind, read_resource};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
@@ -75,6 +75,7 @@ pub async fn run(client: Client) {
     let context = Arc::new(context::Context::new(client.clone()));
     let controller = Controller::new(distributions, watcher::Config::default());
     let store = controller.store();
+    readiness::global().track(CONTROLLER_NAME, store.clone());
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     controller
         .watches(

@@ -54,7 +54,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::{SidecarSet, Stored};
 use kruise_controller_runtime::backoff::Backoff;
-use kruise_controller_runtime::metrics;
+use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
@@ -126,6 +126,7 @@ pub async fn run(client: Client) {
         Api::<Stored<SidecarSet>>::all(client.clone()),
         watcher::Config::default(),
     );
+    readiness::global().track(CONTROLLER_NAME, controller.store());
     let pod_triggers = triggers::PodTriggers::new(controller.store());
     let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), REVISION_NAMESPACE);
     controller
