@@ -21,7 +21,7 @@ use kruise_wasm_host::server::start_conversion_only;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{Recorder, pods_by_name, set_image, wait_for_columns};
+use support::{pods_by_name, record, set_image, wait_for_columns};
 
 fn cloneset() -> CloneSet {
     serde_json::from_value(json!({
@@ -94,7 +94,7 @@ async fn a_restart_and_conflicting_writers_lose_nothing() {
         })
     };
 
-    let recorder = Recorder::start(&client, "app=steady");
+    let recorder = record(&client, "app=steady");
     tokio::time::sleep(Duration::from_millis(300)).await;
     set_image(&api, "steady", "nginx:1.9.1").await;
     // Kill the controller once the rollout is under way.

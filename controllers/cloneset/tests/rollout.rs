@@ -20,7 +20,7 @@ use kruise_wasm_host::server::start_conversion_only;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::{Recorder, example, kubectl, pods_by_name, set_image, wait_for_columns};
+use support::{example, kubectl, pods_by_name, record, set_image, wait_for_columns};
 
 #[tokio::test]
 async fn clonesets_roll_out_on_the_dev_cluster() {
@@ -88,7 +88,7 @@ async fn surge_and_partition(client: &Client, api: &Api<CloneSet>, kubeconfig: &
     let first = wait_for_columns(api, "demo", [5, 5, 5, 5, 5]).await;
     let revision_a = first.status.unwrap().update_revision.unwrap();
 
-    let recorder = Recorder::start(client, "app=demo");
+    let recorder = record(client, "app=demo");
     tokio::time::sleep(Duration::from_millis(500)).await;
     set_image(api, "demo", "nginx:1.9.1").await;
     let phase_one = wait_for_columns(api, "demo", [5, 2, 2, 5, 5]).await;

@@ -17,6 +17,7 @@ mod process;
 pub mod realnode;
 pub mod simnode;
 pub mod wait;
+pub mod watch;
 
 pub use binaries::{Binaries, BuildError};
 pub use cluster::{DevCluster, Options, StartError};

@@ -1,4 +1,4 @@
-//! The NodeImage and ImagePullJob controllers of kruise-manager.
+//! The NodeImage and ImagePullJob controllers of kruise-manager (two tasks).
 //!
 //! - [`nodeimage`]: one NodeImage per Ready node (named after it, its
 //!   labels the node's, deleted with it), its spec cleaned of tags whose
@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use kruise_core::imagepull::nodeimage::DEFAULT_CREATION_DELAY;
 use kruise_core::imagepull::secrets::DEFAULT_CONFIG_NAMESPACE;
-use kube::Client;
 
 /// What an operator may set (OpenKruise's flags and environment).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,14 +43,6 @@ impl Default for Options {
             extra_always_ttl: 0,
         }
     }
-}
-
-/// Runs both controllers until the task is dropped.
-pub async fn run(client: Client, options: Options) {
-    futures::join!(
-        nodeimage::run(client.clone(), options.clone()),
-        job::run(client, options),
-    );
 }
 
 /// A read or write the round could not do; retried with backoff.

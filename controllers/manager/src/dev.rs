@@ -163,6 +163,11 @@ impl DevEnvironment {
         self.cluster.client()
     }
 
+    /// Waits until one of the controllers ends or panics; says which.
+    pub async fn controller_ended(&mut self) -> String {
+        self.controllers.ended().await
+    }
+
     pub fn kubeconfig(&self) -> &Path {
         &self.cluster.kubeconfig
     }

@@ -6,4 +6,5 @@ pub mod agents;
 pub mod controllers;
 pub mod dev;
 pub mod probes;
+pub mod supervisor;
 pub mod webhook;

@@ -4,13 +4,18 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use k8s_openapi::jiff::SignedDuration;
+use kruise_controller_runtime::leader::{LeaderElection, Timing};
+use kruise_controller_runtime::random::random_u64;
 use kruise_manager::controllers::{Controllers, ImagePullOptions};
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_manager::probes;
 use kruise_node_agent::cri::CriRuntime;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Debug, Parser)]
 #[command(name = "kruise-manager", version, about)]
@@ -26,9 +31,11 @@ enum Command {
     Run {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
-        /// Where `/healthz` and `/metrics` are served.
+        /// Where `/healthz`, `/readyz` and `/metrics` are served.
         #[arg(long, default_value = "0.0.0.0:8080")]
         probe_address: SocketAddr,
+        #[command(flatten)]
+        election: ElectionFlags,
     },
     /// Run the node agent of one node (a DaemonSet in a real cluster):
     /// recreates containers for ContainerRecreateRequests through the
@@ -65,6 +72,36 @@ enum Command {
     },
 }
 
+/// Leader election, with OpenKruise's flags: of several replicas one runs
+/// the controllers, the others stand by.
+#[derive(Debug, clap::Args)]
+struct ElectionFlags {
+    /// `--enable-leader-election=false` runs the controllers at once (a
+    /// single replica only).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    enable_leader_election: bool,
+    #[arg(long, default_value = "kruise-system")]
+    leader_election_namespace: String,
+    /// The Lease's name.
+    #[arg(long, default_value = "kruise-wasm-manager")]
+    leader_election_id: String,
+    /// How long a Lease protects its holder (a duration: 15s, 1m, 500ms).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    leader_election_lease_duration: Duration,
+    /// How long a leader keeps trying to renew before it gives up.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    leader_election_renew_deadline: Duration,
+    /// How often the Lease is tried.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    leader_election_retry_period: Duration,
+}
+
+/// A duration as Go's flags and Kubernetes write them ("15s", "1m30s").
+fn duration(text: &str) -> Result<Duration, String> {
+    let signed: SignedDuration = text.parse().map_err(|e| format!("{e}"))?;
+    Duration::try_from(signed).map_err(|_| format!("{text}: a duration cannot be negative"))
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -79,7 +116,8 @@ async fn main() -> ExitCode {
         Command::Run {
             kubeconfig,
             probe_address,
-        } => run(kubeconfig, probe_address).await,
+            election,
+        } => run(kubeconfig, probe_address, election).await,
         Command::NodeAgent {
             node_name,
             runtime_endpoint,
@@ -110,7 +148,7 @@ async fn main() -> ExitCode {
 }
 
 async fn dev(options: DevOptions) -> Result<(), String> {
-    let environment = DevEnvironment::start(options).await?;
+    let mut environment = DevEnvironment::start(options).await?;
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let (probes, _serving) = probes::serve(loopback).await?;
     let kubeconfig = environment.kubeconfig().display().to_string();
@@ -123,24 +161,93 @@ async fn dev(options: DevOptions) -> Result<(), String> {
         environment.nodes.names.len(),
         environment.webhook_url,
     );
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
-    eprintln!("stopping");
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => signal.map(|name| eprintln!("{name}: stopping")),
+        ended = environment.controller_ended() => Err(format!("{ended}; stopping everything")),
+    };
     environment.shutdown().await;
-    Ok(())
+    outcome
 }
 
-async fn run(kubeconfig: Option<PathBuf>, probe_address: SocketAddr) -> Result<(), String> {
+async fn run(
+    kubeconfig: Option<PathBuf>,
+    probe_address: SocketAddr,
+    election: ElectionFlags,
+) -> Result<(), String> {
     let client = client(kubeconfig).await?;
+    let mut election = leader_election(&client, &election)?;
     let (probes, _serving) = probes::serve(probe_address).await?;
+    eprintln!("probes at http://{probes}/healthz, /readyz and /metrics");
+    if let Some(election) = election.as_mut() {
+        eprintln!("waiting to lead as {}", election.identity());
+        tokio::select! {
+            () = election.acquire() => {}
+            signal = shutdown_signal() => return signal.map(|name| eprintln!("{name}: stopping")),
+        }
+    }
     let mut controllers = Controllers::start(&client, ImagePullOptions::default());
-    eprintln!("controllers running (http://{probes}/metrics); Ctrl-C stops them");
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
+    eprintln!("controllers running; SIGTERM or Ctrl-C stops them");
+    let keep_leading = async {
+        match election.as_mut() {
+            Some(election) => election.keep().await,
+            None => std::future::pending().await,
+        }
+    };
+    // Leadership lost or a controller gone: exit, for Kubernetes to
+    // restart the process (a standby has taken over meanwhile).
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => signal.map(|name| eprintln!("{name}: stopping")),
+        lost = keep_leading => Err(format!("leadership lost: {lost}")),
+        ended = controllers.ended() => Err(format!("{ended}; exiting")),
+    };
     controllers.stop();
-    Ok(())
+    if let (Ok(()), Some(election)) = (&outcome, election.as_mut()) {
+        election.release().await;
+    }
+    outcome
+}
+
+fn leader_election(
+    client: &kube::Client,
+    flags: &ElectionFlags,
+) -> Result<Option<LeaderElection>, String> {
+    if !flags.enable_leader_election {
+        return Ok(None);
+    }
+    let timing = Timing {
+        lease_duration: flags.leader_election_lease_duration,
+        renew_deadline: flags.leader_election_renew_deadline,
+        retry_period: flags.leader_election_retry_period,
+    };
+    timing
+        .check()
+        .map_err(|e| format!("leader election: {e}"))?;
+    Ok(Some(LeaderElection::new(
+        client.clone(),
+        &flags.leader_election_namespace,
+        &flags.leader_election_id,
+        identity(),
+        timing,
+    )))
+}
+
+/// This replica's name in the Lease: the pod's (its hostname) and a random
+/// part, so a restarted pod of the same name is a new holder.
+fn identity() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "kruise-manager".to_owned());
+    format!("{host}_{:016x}", random_u64())
+}
+
+/// Waits for SIGTERM (Kubernetes stopping the pod) or Ctrl-C; says which.
+async fn shutdown_signal() -> Result<&'static str, String> {
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = terminate.recv() => Ok("SIGTERM"),
+        interrupt = tokio::signal::ctrl_c() => interrupt
+            .map(|()| "Ctrl-C")
+            .map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
+    }
 }
 
 async fn node_agent(
@@ -156,13 +263,13 @@ async fn node_agent(
         .await
         .map_err(|e| e.to_string())?;
     eprintln!(
-        "node agent for {node} on {} ({}); Ctrl-C stops it",
+        "node agent for {node} on {} ({}); SIGTERM or Ctrl-C stops it",
         runtime.endpoint().display(),
         runtime.runtime_name()
     );
     tokio::select! {
-        () = kruise_node_agent::run(client, node, runtime) => Ok(()),
-        signal = tokio::signal::ctrl_c() => signal.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
+        () = kruise_node_agent::run(client, node, runtime) => Err("the node agent ended".to_owned()),
+        signal = shutdown_signal() => signal.map(|name| eprintln!("{name}: stopping")),
     }
 }
 
@@ -182,4 +289,41 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
             .map_err(|e| format!("no cluster configuration found: {e}"))?,
     };
     kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_read_as_go_writes_them() {
+        assert_eq!(duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(duration("-2s").is_err());
+        assert!(duration("soon").is_err());
+        assert!(duration("").is_err());
+    }
+
+    #[test]
+    fn leader_election_is_on_by_default_and_can_be_turned_off() {
+        let on = Cli::try_parse_from(["kruise-manager", "run"]).unwrap_or_else(|e| panic!("{e}"));
+        let Command::Run { election, .. } = on.command else {
+            panic!("not run")
+        };
+        assert!(election.enable_leader_election);
+        assert_eq!(election.leader_election_namespace, "kruise-system");
+        let off = Cli::try_parse_from(["kruise-manager", "run", "--enable-leader-election=false"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let Command::Run { election, .. } = off.command else {
+            panic!("not run")
+        };
+        assert!(!election.enable_leader_election);
+        let bad = Cli::try_parse_from([
+            "kruise-manager",
+            "run",
+            "--leader-election-retry-period=fast",
+        ]);
+        assert!(bad.is_err());
+    }
 }

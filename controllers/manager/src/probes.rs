@@ -1,14 +1,15 @@
 //! The manager's and the node agent's probe endpoint: `/healthz` for the
-//! kubelet's liveness probe and `/metrics` (the controllers' Prometheus
-//! metrics, `kruise_reconcile_*`).
+//! kubelet's liveness probe, `/readyz` (ready once every running
+//! controller's cache has synced; a standby replica runs none) and
+//! `/metrics` (the controllers' Prometheus metrics, `kruise_reconcile_*`).
 
 use std::net::SocketAddr;
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use kruise_controller_runtime::metrics;
+use kruise_controller_runtime::{metrics, readiness};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -25,6 +26,7 @@ pub async fn serve(address: SocketAddr) -> Result<(SocketAddr, JoinHandle<()>), 
         .map_err(|e| format!("the probe listener: {e}"))?;
     let routes = Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
         .route("/metrics", get(metrics_text));
     let task = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, routes).await {
@@ -32,6 +34,19 @@ pub async fn serve(address: SocketAddr) -> Result<(SocketAddr, JoinHandle<()>), 
         }
     });
     Ok((bound, task))
+}
+
+async fn ready() -> (StatusCode, String) {
+    let waiting = readiness::global().waiting_for();
+    if waiting.is_empty() {
+        (StatusCode::OK, "ok".to_owned())
+    } else {
+        let caches = waiting.join(", ");
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("waiting for caches: {caches}"),
+        )
+    }
 }
 
 async fn metrics_text() -> impl IntoResponse {
@@ -71,6 +86,22 @@ mod tests {
             text.contains("kruise_reconcile_failures_total{controller=\"probe-test\"} 1"),
             "{text}"
         );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn not_ready_until_every_expected_cache_synced() {
+        let (address, task) = serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        readiness::global().expect("probe-test-cache");
+        let waiting = get(address, "/readyz").await;
+        assert!(waiting.starts_with("HTTP/1.1 503"), "{waiting}");
+        assert!(
+            waiting.ends_with("waiting for caches: probe-test-cache"),
+            "{waiting}"
+        );
+        readiness::global().mark_synced("probe-test-cache");
+        let ready = get(address, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
         task.abort();
     }
 }

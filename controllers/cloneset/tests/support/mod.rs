@@ -4,14 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
+use kruise_devcluster::watch::PodCounts;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -36,52 +34,9 @@ pub async fn pods_by_name(client: &Client, app: &str) -> BTreeMap<String, Pod> {
         .collect()
 }
 
-/// Every pod state the API server shows, as (active pods, ready pods)
-/// after each change, from a watch (not sampling: no moment is missed
-/// between two events).
-#[derive(Clone, Default)]
-pub struct Recorder(Arc<Mutex<Vec<(usize, usize)>>>);
-
-impl Recorder {
-    pub fn start(client: &Client, selector: &str) -> Self {
-        let recorder = Self::default();
-        let seen = recorder.0.clone();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-        let config = watcher::Config::default().labels(selector);
-        tokio::spawn(async move {
-            let mut current: BTreeMap<String, Pod> = BTreeMap::new();
-            // The initial list arrives pod by pod: record from its end on.
-            let mut listed = false;
-            let events = watcher(pods, config).default_backoff();
-            futures::pin_mut!(events);
-            while let Some(Ok(event)) = events.next().await {
-                match event {
-                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                        current.insert(pod.name_any(), pod);
-                    }
-                    watcher::Event::Delete(pod) => {
-                        current.remove(&pod.name_any());
-                    }
-                    watcher::Event::Init => continue,
-                    watcher::Event::InitDone => listed = true,
-                }
-                if !listed {
-                    continue;
-                }
-                let active: Vec<&Pod> = current
-                    .values()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
-                let ready = active.iter().filter(|p| ready(p)).count();
-                seen.lock().unwrap().push((active.len(), ready));
-            }
-        });
-        recorder
-    }
-
-    pub fn take(&self) -> Vec<(usize, usize)> {
-        std::mem::take(&mut self.0.lock().unwrap())
-    }
+/// Every pod state the API server shows, as (active pods, ready pods).
+pub fn record(client: &Client, selector: &str) -> PodCounts {
+    PodCounts::start(client, selector, ready)
 }
 
 /// DESIRED UPDATED UPDATED_READY READY TOTAL, as `kubectl get clone` shows.
