@@ -194,3 +194,127 @@ fn patch_params() -> PatchParams {
         ..PatchParams::default()
     }
 }
+
+/// Rounds against an in-memory API server: what the controller writes for
+/// an ordered pod, level by level, and for a barrier left by a namesake.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kruise_controller_runtime::backoff::Backoff;
+    use kruise_controller_runtime::events::Events;
+    use kruise_controller_runtime::testing::FakeApi;
+    use serde_json::Value;
+
+    use super::*;
+
+    const POD: &str = "/api/v1/namespaces/default/pods/web";
+    const BARRIER: &str = "/api/v1/namespaces/default/configmaps/web-barrier";
+
+    /// A pod as the webhook leaves it: `sidecar` gated on p_1, `main` on p_0.
+    fn ordered_pod() -> Value {
+        let gated = |name: &str, key: &str| {
+            json!({"name": name, "image": "busybox", "env": [{
+                "name": "KRUISE_CONTAINER_BARRIER",
+                "valueFrom": {"configMapKeyRef": {"name": "web-barrier", "key": key}},
+            }]})
+        };
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "pod-uid",
+                         "annotations": {"apps.kruise.io/container-launch-priority": "Ordered"}},
+            "spec": {"containers": [gated("sidecar", "p_1"), gated("main", "p_0")]},
+        })
+    }
+
+    fn context(api: &FakeApi) -> Arc<Context> {
+        let client = api.client();
+        Arc::new(Context {
+            events: Events::new(client.clone(), CONTROLLER_NAME),
+            backoff: Backoff::default(),
+            client,
+        })
+    }
+
+    async fn round_on(api: &FakeApi) -> Action {
+        let pod: Pod = serde_json::from_value(api.get(POD).unwrap()).unwrap();
+        reconcile(Arc::new(pod), context(api)).await.unwrap()
+    }
+
+    async fn set_ready(api: &FakeApi, container: &str) {
+        let pods: Api<Pod> = Api::namespaced(api.client(), "default");
+        let status = json!({"status": {"containerStatuses": [{
+            "name": container, "ready": true, "image": "busybox", "imageID": "",
+            "restartCount": 0,
+        }]}});
+        pods.patch_status("web", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn levels_are_released_highest_first_then_the_pod_completed() {
+        let api = FakeApi::default();
+        api.insert("pods", ordered_pod());
+
+        assert_eq!(round_on(&api).await, Action::requeue(RESYNC));
+        let barrier = api.get(BARRIER).unwrap();
+        assert_eq!(barrier["metadata"]["ownerReferences"][0]["uid"], "pod-uid");
+        assert_eq!(barrier["data"], json!({"p_1": "true"}));
+
+        // Until the sidecar is ready, nothing more is released.
+        assert_eq!(round_on(&api).await, Action::requeue(RESYNC));
+        assert_eq!(api.get(BARRIER).unwrap()["data"], json!({"p_1": "true"}));
+
+        set_ready(&api, "sidecar").await;
+        assert_eq!(round_on(&api).await, Action::await_change());
+        assert_eq!(
+            api.get(BARRIER).unwrap()["data"],
+            json!({"p_1": "true", "p_0": "true"})
+        );
+        let pod = api.get(POD).unwrap();
+        assert_eq!(pod["metadata"]["annotations"][COMPLETED_ANNOTATION], "true");
+        let events: Vec<_> = api
+            .writes()
+            .into_iter()
+            .filter(|w| w.path.ends_with("/events"))
+            .map(|w| w.body["reason"].clone())
+            .collect();
+        assert_eq!(events, ["PriorityReleased", "PriorityReleased"]);
+
+        // A completed pod is never looked at again: no request at all.
+        let before = api.seen().len();
+        assert_eq!(round_on(&api).await, Action::await_change());
+        assert_eq!(api.seen().len(), before);
+    }
+
+    #[tokio::test]
+    async fn a_barrier_left_by_an_earlier_pod_of_the_name_is_made_anew() {
+        let api = FakeApi::default();
+        api.insert("pods", ordered_pod());
+        api.insert(
+            "configmaps",
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "web-barrier", "namespace": "default", "uid": "old-barrier",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                                  "name": "web", "uid": "earlier-pod"}]},
+                "data": {"p_1": "true", "p_0": "true"},
+            }),
+        );
+        round_on(&api).await;
+        let barrier = api.get(BARRIER).unwrap();
+        assert_ne!(barrier["metadata"]["uid"], "old-barrier");
+        assert_eq!(barrier["metadata"]["ownerReferences"][0]["uid"], "pod-uid");
+        assert_eq!(
+            barrier["data"],
+            json!({"p_1": "true"}),
+            "only the first level"
+        );
+        let deleted = api
+            .writes()
+            .into_iter()
+            .find(|w| w.method == "DELETE")
+            .unwrap();
+        assert_eq!(deleted.body["preconditions"]["uid"], "old-barrier");
+    }
+}

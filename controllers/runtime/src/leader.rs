@@ -234,80 +234,16 @@ impl LeaderElection {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use http_body_util::BodyExt as _;
-    use hyper::{Method, Request, Response};
-    use kube::client::Body;
-    use serde_json::{Value, json};
-
     use super::*;
+    use crate::testing::FakeApi;
 
-    /// An API server holding one Lease, checking resourceVersions as the
-    /// real one does; `down` makes it answer 500 to everything.
-    #[derive(Clone, Default)]
-    struct FakeApi {
-        lease: Arc<Mutex<Option<Value>>>,
-        down: Arc<Mutex<bool>>,
-    }
+    const PATH: &str =
+        "/apis/coordination.k8s.io/v1/namespaces/kruise-system/leases/kruise-wasm-manager";
 
-    impl FakeApi {
-        fn client(&self) -> Client {
-            let api = self.clone();
-            let service = tower::service_fn(move |request: Request<Body>| {
-                let api = api.clone();
-                async move {
-                    let method = request.method().clone();
-                    let bytes = request.into_body().collect().await.unwrap().to_bytes();
-                    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    let (code, answer) = api.answer(&method, body);
-                    let response = Response::builder()
-                        .status(code)
-                        .body(Body::from(answer.to_string().into_bytes()))
-                        .unwrap();
-                    Ok::<_, std::convert::Infallible>(response)
-                }
-            });
-            Client::new(service, "kruise-system")
-        }
-
-        fn answer(&self, method: &Method, mut sent: Value) -> (u16, Value) {
-            if *self.down.lock().unwrap() {
-                return (500, status(500, "InternalError"));
-            }
-            let mut stored = self.lease.lock().unwrap();
-            let version = |lease: &Value| lease["metadata"]["resourceVersion"].clone();
-            match (method.as_str(), stored.as_ref()) {
-                ("GET", None) => (404, status(404, "NotFound")),
-                ("GET", Some(lease)) => (200, lease.clone()),
-                ("POST", Some(_)) => (409, status(409, "AlreadyExists")),
-                ("PUT", Some(lease)) if version(lease) != version(&sent) => {
-                    (409, status(409, "Conflict"))
-                }
-                ("POST" | "PUT", previous) => {
-                    let next = previous
-                        .and_then(|l| l["metadata"]["resourceVersion"].as_str()?.parse().ok())
-                        .unwrap_or(0u64)
-                        + 1;
-                    sent["metadata"]["resourceVersion"] = json!(next.to_string());
-                    *stored = Some(sent.clone());
-                    (200, sent)
-                }
-                _ => (405, status(405, "MethodNotAllowed")),
-            }
-        }
-
-        fn holder(&self) -> Option<String> {
-            let lease = self.lease.lock().unwrap();
-            lease.as_ref()?["spec"]["holderIdentity"]
-                .as_str()
-                .map(str::to_owned)
-        }
-    }
-
-    fn status(code: u16, reason: &str) -> Value {
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-               "message": reason, "reason": reason, "code": code})
+    fn holder(api: &FakeApi) -> Option<String> {
+        api.get(PATH)?["spec"]["holderIdentity"]
+            .as_str()
+            .map(str::to_owned)
     }
 
     /// The shortest a Lease can say: whole seconds.
@@ -360,7 +296,7 @@ mod tests {
         let api = FakeApi::default();
         let mut first = replica(&api, "first");
         first.acquire().await;
-        assert_eq!(api.holder().as_deref(), Some("first"));
+        assert_eq!(holder(&api).as_deref(), Some("first"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let leading = tokio::spawn(async move {
             tokio::select! {
@@ -377,11 +313,11 @@ mod tests {
         );
         stop.send(()).unwrap();
         leading.await.unwrap();
-        assert_eq!(api.holder(), None);
+        assert_eq!(holder(&api), None);
         tokio::time::timeout(PATIENCE, second.acquire())
             .await
             .expect("a released Lease is taken at once");
-        assert_eq!(api.holder().as_deref(), Some("second"));
+        assert_eq!(holder(&api).as_deref(), Some("second"));
     }
 
     #[tokio::test]
@@ -393,8 +329,8 @@ mod tests {
         tokio::time::timeout(PATIENCE, standby.acquire())
             .await
             .expect("an expired Lease is taken");
-        assert_eq!(api.holder().as_deref(), Some("standby"));
-        let lease = api.lease.lock().unwrap().clone().unwrap();
+        assert_eq!(holder(&api).as_deref(), Some("standby"));
+        let lease = api.get(PATH).unwrap();
         assert_eq!(lease["spec"]["leaseTransitions"], 1);
         // The old leader, waking up, learns it lost.
         let lost = tokio::time::timeout(PATIENCE, dead.keep()).await.unwrap();
@@ -409,7 +345,7 @@ mod tests {
         let api = FakeApi::default();
         let mut leader = replica(&api, "leader");
         leader.acquire().await;
-        *api.down.lock().unwrap() = true;
+        api.set_down(true);
         let lost = tokio::time::timeout(PATIENCE, leader.keep()).await.unwrap();
         assert!(matches!(lost, Lost::NotRenewed(_)), "{lost}");
     }
@@ -422,7 +358,7 @@ mod tests {
         let rounds = [ra.unwrap(), rb.unwrap()];
         let leading = rounds.iter().filter(|r| **r == Round::Leading).count();
         assert_eq!(leading, 1, "{rounds:?}");
-        let holder = api.holder().unwrap();
+        let holder = holder(&api).unwrap();
         assert!(holder == "a" || holder == "b");
     }
 }

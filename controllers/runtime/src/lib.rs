@@ -1,7 +1,8 @@
 //! What every controller shares, written once: best-effort events, one
 //! retry backoff, one status writer, the API answers a controller branches
-//! on, reconcile metrics, cache readiness, leader election, how the results of a reconcile stream are
-//! logged, and random draws.
+//! on, reconcile metrics, cache readiness, leader election, how the results
+//! of a reconcile stream are logged, random draws, and (feature `testing`)
+//! an in-memory API server for reconcile tests.
 
 pub mod api_error;
 pub mod backoff;
@@ -12,3 +13,5 @@ pub mod outcome;
 pub mod random;
 pub mod readiness;
 pub mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
