@@ -1,11 +1,11 @@
 //! Performing a plan's writes, in the order the planner means them.
 
 use std::collections::BTreeSet;
-use std::hash::{BuildHasher, Hasher};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::CloneSet;
+use kruise_controller_runtime::random::random_u64;
 use kruise_core::cloneset::claims::plan_claims;
 use kruise_core::cloneset::in_place_apply::{
     apply_graced_patch, lifecycle_patch, ready_status_patch, start_status_patch, update_patch,
@@ -151,7 +151,9 @@ impl InstanceIds {
 
     fn next(&mut self, count: usize) -> Vec<String> {
         let mut ids: Vec<String> = self.reusable.by_ref().take(count).collect();
-        let fresh = new_instance_ids(&self.taken, count - ids.len(), &mut random_draws());
+        let fresh = new_instance_ids(&self.taken, count - ids.len(), &mut || {
+            u32::try_from(random_u64() >> 32).unwrap_or(0)
+        });
         self.taken.extend(fresh.iter().cloned());
         ids.extend(fresh);
         ids
@@ -293,17 +295,4 @@ fn has_in_place_gate(pod: &Pod) -> bool {
         .iter()
         .flat_map(|s| s.readiness_gates.iter().flatten())
         .any(|g| g.condition_type == CONDITION_IN_PLACE_UPDATE_READY)
-}
-
-/// Random numbers for instance ids, from the standard library's per-process
-/// random hasher keys (no RNG dependency for five characters).
-fn random_draws() -> impl FnMut() -> u32 {
-    let state = std::collections::hash_map::RandomState::new();
-    let mut counter: u64 = 0;
-    move || {
-        counter += 1;
-        let mut hasher = state.build_hasher();
-        hasher.write_u64(counter);
-        u32::try_from(hasher.finish() >> 32).unwrap_or(0)
-    }
 }

@@ -16,11 +16,11 @@ use serde_json::{Map, Value};
 
 use super::annotations::{HASH_ANNOTATION, HASH_WITHOUT_IMAGE_ANNOTATION};
 use super::hash::sidecarset_hashes;
+use super::update::CUSTOM_VERSION_LABEL;
 use super::{InjectionContext, InjectionError, sidecar_set_name};
 use crate::selector;
 
 const OWNER_LABEL: &str = "kruise.io/sidecarset-name";
-const CUSTOM_VERSION_LABEL: &str = "apps.kruise.io/sidecarset-custom-version";
 
 /// The SidecarSet as this pod should receive it: the current one, or the
 /// historical revision `injectionStrategy.revision` selects.
