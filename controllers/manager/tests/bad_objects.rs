@@ -18,7 +18,7 @@ use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_manager::webhook::{CR_MUTATING_WEBHOOK, CR_WEBHOOK};
 use kube::Api;
 use kube::api::PostParams;
-use support::{demo_cloneset_ready, examples, kubectl, kubectl_output};
+use support::{apply_text, demo_cloneset_ready, examples, kubectl, kubectl_output};
 
 const TYPO: &str = "\
 apiVersion: apps.kruise.io/v1alpha1
@@ -59,14 +59,6 @@ spec:
   updateStrategy:
     type: InPlaceIfPosible
 ";
-
-fn apply_text(kubeconfig: &Path, text: &str) -> std::process::Output {
-    let file = std::env::temp_dir().join(format!("bad-object-{}.yaml", std::process::id()));
-    std::fs::write(&file, text).unwrap();
-    let applied = kubectl_output(kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&file);
-    applied
-}
 
 /// The webhooks refuse both typos, naming the field; with our kinds'
 /// webhooks removed (as before they existed) the API server's schema alone

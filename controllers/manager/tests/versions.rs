@@ -20,7 +20,7 @@ use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::{container_names, kubectl, kubectl_output};
+use support::{apply_text, container_names, kubectl};
 
 const ALPHA: &str = "apps.kruise.io/v1alpha1";
 const BETA: &str = "apps.kruise.io/v1beta1";
@@ -29,11 +29,10 @@ const BETA: &str = "apps.kruise.io/v1beta1";
 async fn v1beta1_objects_work_and_both_views_agree() {
     let environment = DevEnvironment::start(DevOptions::default()).await.unwrap();
     let (kubeconfig, client) = (environment.kubeconfig(), environment.client());
-    let work_dir = environment.cluster.work_dir.clone();
 
-    a_v1beta1_sidecarset_injects(kubeconfig, &client, &work_dir).await;
-    a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig, &client, &work_dir).await;
-    a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig, &work_dir);
+    a_v1beta1_sidecarset_injects(kubeconfig, &client).await;
+    a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig, &client).await;
+    a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig);
     everything_is_stored_as_v1beta1(&client).await;
 }
 
@@ -65,13 +64,16 @@ fn views(kubeconfig: &Path, resource: &str, name: &str, namespace: Option<&str>)
     (alpha, beta)
 }
 
-fn apply(kubeconfig: &Path, work_dir: &Path, name: &str, object: &Value) {
-    let path = work_dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, serde_yaml::to_string(object).unwrap()).unwrap();
-    kubectl(kubeconfig, &["apply", "-f", path.to_str().unwrap()]);
+fn apply(kubeconfig: &Path, object: &Value) {
+    let applied = apply_text(kubeconfig, &object.to_string());
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
 }
 
-async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client, work_dir: &Path) {
+async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client) {
     let sidecar_set = json!({
         "apiVersion": BETA, "kind": "SidecarSet", "metadata": {"name": "beta-sidecars"},
         "spec": {
@@ -81,7 +83,7 @@ async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client, work_d
             "containers": [{"name": "beta-sidecar", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
         },
     });
-    apply(kubeconfig, work_dir, "beta-sidecars", &sidecar_set);
+    apply(kubeconfig, &sidecar_set);
     let (alpha, beta) = views(kubeconfig, "sidecarsets", "beta-sidecars", None);
     assert_eq!(
         alpha["metadata"]["labels"]["apps.kruise.io/sidecarset-custom-version"],
@@ -99,9 +101,7 @@ async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client, work_d
     let mut typo = sidecar_set.clone();
     typo["metadata"]["name"] = json!("beta-typo");
     typo["spec"]["updateStrategy"] = json!({"type": "RollingUpdat"});
-    let path = work_dir.join("beta-typo.yaml");
-    std::fs::write(&path, serde_yaml::to_string(&typo).unwrap()).unwrap();
-    let refused = kubectl_output(kubeconfig, &["apply", "-f", path.to_str().unwrap()]);
+    let refused = apply_text(kubeconfig, &typo.to_string());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         !refused.status.success() && stderr.contains("spec.updateStrategy.type"),
@@ -118,11 +118,7 @@ async fn a_v1beta1_sidecarset_injects(kubeconfig: &Path, client: &Client, work_d
     assert_eq!(container_names(&created), ["beta-sidecar", "app"]);
 }
 
-async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(
-    kubeconfig: &Path,
-    client: &Client,
-    work_dir: &Path,
-) {
+async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig: &Path, client: &Client) {
     let clone_set = json!({
         "apiVersion": BETA, "kind": "CloneSet",
         "metadata": {"name": "beta-clone", "namespace": "default"},
@@ -139,7 +135,7 @@ async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(
             }},
         },
     });
-    apply(kubeconfig, work_dir, "beta-clone", &clone_set);
+    apply(kubeconfig, &clone_set);
     let clone_sets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
     wait_for(&clone_sets, "beta-clone", "2 ready replicas", |c| {
         c.status
@@ -169,7 +165,7 @@ async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(
     assert_eq!(beta["status"]["readyReplicas"], 2);
 }
 
-fn a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig: &Path, work_dir: &Path) {
+fn a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig: &Path) {
     let distribution = json!({
         "apiVersion": ALPHA, "kind": "ResourceDistribution", "metadata": {"name": "alpha-rd"},
         "spec": {
@@ -178,7 +174,7 @@ fn a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig: &Path, work_dir: &Path) 
             "targets": {"namespaceLabelSelector": {"matchLabels": {"team": "none"}}},
         },
     });
-    apply(kubeconfig, work_dir, "alpha-rd", &distribution);
+    apply(kubeconfig, &distribution);
     let (_, beta) = views(kubeconfig, "resourcedistributions", "alpha-rd", None);
     assert_eq!(
         beta["spec"]["targets"]["namespaceSelector"],

@@ -39,6 +39,18 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `kubectl apply` of `text` (YAML or JSON), written to a file of its own;
+/// kubectl's output, whether it succeeded or not.
+pub fn apply_text(kubeconfig: &Path, text: &str) -> Output {
+    static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!("kruise-apply-{}-{n}.yaml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let applied = kubectl_output(kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    applied
+}
+
 /// Applies the user's CloneSet example `demo` (5 replicas, surge and
 /// partition) and waits until all five pods are ready.
 pub async fn demo_cloneset_ready(kubeconfig: &Path, client: &kube::Client) {
