@@ -1,10 +1,13 @@
 //! kruise-wasm's native side: the controllers (kube-rs around the pure
-//! planners of kruise-core) and the dev environment that runs them with the
-//! webhook host on the dev cluster.
+//! planners of kruise-core) and (feature `dev`, on by default) the dev
+//! environment that runs them with the webhook host on the dev cluster.
 
+#[cfg(feature = "dev")]
 pub mod agents;
 pub mod controllers;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod probes;
 pub mod supervisor;
+#[cfg(feature = "dev")]
 pub mod webhook;

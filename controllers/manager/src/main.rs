@@ -1,5 +1,6 @@
 //! `kruise-manager`: kruise-wasm's controllers, and `kruise-manager dev`,
-//! the local dev cluster with the webhook host and the controllers.
+//! the local dev cluster with the webhook host and the controllers (left
+//! out of a build without the default feature `dev`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use k8s_openapi::jiff::SignedDuration;
 use kruise_controller_runtime::leader::{LeaderElection, Timing};
 use kruise_controller_runtime::random::random_u64;
 use kruise_manager::controllers::{Controllers, ImagePullOptions};
+#[cfg(feature = "dev")]
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kruise_manager::probes;
 use kruise_node_agent::cri::CriRuntime;
@@ -58,6 +60,7 @@ enum Command {
     /// Start the dev cluster (real kube-apiserver, etcd, controller-manager
     /// and scheduler), our CRDs, simulated nodes, the webhook host and the
     /// controllers; print how to use kubectl; stop everything on Ctrl-C.
+    #[cfg(feature = "dev")]
     Dev {
         /// How many simulated nodes to register.
         #[arg(long, default_value_t = 3)]
@@ -124,6 +127,7 @@ async fn main() -> ExitCode {
             kubeconfig,
             probe_address,
         } => node_agent(node_name, runtime_endpoint, kubeconfig, probe_address).await,
+        #[cfg(feature = "dev")]
         Command::Dev {
             sim_nodes,
             work_dir,
@@ -147,6 +151,7 @@ async fn main() -> ExitCode {
     }
 }
 
+#[cfg(feature = "dev")]
 async fn dev(options: DevOptions) -> Result<(), String> {
     let mut environment = DevEnvironment::start(options).await?;
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
