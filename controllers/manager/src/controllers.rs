@@ -1,8 +1,15 @@
 //! The controllers this manager runs, each a supervised task of its own.
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kruise_cloneset_controller::CONTROLLER_NAME as CLONESET;
 use kruise_controller_runtime::readiness;
+use kruise_crr_controller::CONTROLLER_NAME as CRR;
 pub use kruise_imagepull_controller::Options as ImagePullOptions;
 use kruise_imagepull_controller::{job, nodeimage};
+use kruise_launchpriority_controller::CONTROLLER_NAME as LAUNCH_PRIORITY;
+use kruise_resourcedistribution_controller::CONTROLLER_NAME as RESOURCE_DISTRIBUTION;
+use kruise_sidecarset_controller::CONTROLLER_NAME as SIDECARSET;
 use kube::Client;
 
 use crate::supervisor::Supervisor;
@@ -18,41 +25,43 @@ impl Controllers {
     pub fn start(client: &Client, image_pull: ImagePullOptions) -> Self {
         let mut tasks = Supervisor::default();
         let caches = [
-            kruise_cloneset_controller::CONTROLLER_NAME,
-            kruise_crr_controller::CONTROLLER_NAME,
+            CLONESET,
+            CRR,
             job::CONTROLLER_NAME,
             nodeimage::CONTROLLER_NAME,
             nodeimage::NODES_CACHE,
-            kruise_launchpriority_controller::CONTROLLER_NAME,
-            kruise_resourcedistribution_controller::CONTROLLER_NAME,
-            kruise_sidecarset_controller::CONTROLLER_NAME,
+            LAUNCH_PRIORITY,
+            RESOURCE_DISTRIBUTION,
+            SIDECARSET,
         ];
         for cache in caches {
             readiness::global().expect(cache);
         }
         let c = || client.clone();
-        tasks.spawn(
-            kruise_cloneset_controller::CONTROLLER_NAME,
-            kruise_cloneset_controller::run(c()),
-        );
-        tasks.spawn(
-            kruise_crr_controller::CONTROLLER_NAME,
-            kruise_crr_controller::run(c()),
-        );
-        tasks.spawn(job::CONTROLLER_NAME, job::run(c(), image_pull.clone()));
-        tasks.spawn(nodeimage::CONTROLLER_NAME, nodeimage::run(c(), image_pull));
-        tasks.spawn(
-            kruise_launchpriority_controller::CONTROLLER_NAME,
-            kruise_launchpriority_controller::run(c()),
-        );
-        tasks.spawn(
-            kruise_resourcedistribution_controller::CONTROLLER_NAME,
-            kruise_resourcedistribution_controller::run(c()),
-        );
-        tasks.spawn(
-            kruise_sidecarset_controller::CONTROLLER_NAME,
-            kruise_sidecarset_controller::run(c()),
-        );
+        let controllers: [(&'static str, BoxFuture<'static, ()>); 7] = [
+            (CLONESET, kruise_cloneset_controller::run(c()).boxed()),
+            (CRR, kruise_crr_controller::run(c()).boxed()),
+            (
+                job::CONTROLLER_NAME,
+                job::run(c(), image_pull.clone()).boxed(),
+            ),
+            (
+                nodeimage::CONTROLLER_NAME,
+                nodeimage::run(c(), image_pull).boxed(),
+            ),
+            (
+                LAUNCH_PRIORITY,
+                kruise_launchpriority_controller::run(c()).boxed(),
+            ),
+            (
+                RESOURCE_DISTRIBUTION,
+                kruise_resourcedistribution_controller::run(c()).boxed(),
+            ),
+            (SIDECARSET, kruise_sidecarset_controller::run(c()).boxed()),
+        ];
+        for (name, run) in controllers {
+            tasks.spawn(name, run);
+        }
         Self { tasks }
     }
 
