@@ -129,7 +129,11 @@ impl FakeApi {
     /// missing); its path from its apiVersion, kind's `plural` and names.
     pub fn insert(&self, plural: &str, object: Value) -> Value {
         let path = collection_path(&object, plural);
-        let (code, stored) = self.answer("POST", &path, None, object);
+        let target = Target::parse(&path);
+        let (code, stored) = match target {
+            Some(target) => self.lock().create(&target, object),
+            None => failure(404, "NotFound", &path),
+        };
         assert_eq!(code, 201, "insert {path}: {stored}");
         stored
     }
@@ -194,16 +198,23 @@ impl State {
     }
 
     fn list(&self, target: &Target, query: Option<&str>) -> (u16, Value) {
-        let selector = query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .find_map(|pair| pair.strip_prefix("labelSelector="))
-            .map(percent_decode)
-            .unwrap_or_default();
+        let parameter = |name: &str| {
+            query
+                .into_iter()
+                .flat_map(|q| q.split('&'))
+                .find_map(|pair| pair.strip_prefix(name))
+                .map(percent_decode)
+                .unwrap_or_default()
+        };
+        let (labels, fields) = (parameter("labelSelector="), parameter("fieldSelector="));
         let items: Vec<Value> = self
             .objects
             .iter()
-            .filter(|(key, object)| target.holds(key) && matches_labels(object, &selector))
+            .filter(|(key, object)| {
+                target.holds(key)
+                    && matches_labels(object, &labels)
+                    && matches_fields(object, &fields)
+            })
             .map(|(_, object)| object.clone())
             .collect();
         let list =
@@ -309,6 +320,20 @@ fn matches_labels(object: &Value, selector: &str) -> bool {
         .all(|term| match term.split_once('=') {
             Some((key, value)) => labels[key].as_str() == Some(value),
             None => !labels[term].is_null(),
+        })
+}
+
+/// `metadata.name=…` and `metadata.namespace=…` terms, comma-separated.
+fn matches_fields(object: &Value, selector: &str) -> bool {
+    selector
+        .split(',')
+        .filter(|term| !term.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some(("metadata.name", name)) => object["metadata"]["name"].as_str() == Some(name),
+            Some(("metadata.namespace", namespace)) => {
+                object["metadata"]["namespace"].as_str() == Some(namespace)
+            }
+            _ => false,
         })
 }
 
