@@ -215,3 +215,194 @@ async fn report_unreadable(
         .warning(&reference, "InvalidSpec", "Skip", reason)
         .await;
 }
+
+/// Rounds of the real reconcile against the in-memory API server: a
+/// request whose pod was replaced is completed (status, event, `active`
+/// label), a finished one is deleted by UID once its TTL has passed and
+/// kept before, a recreating one gets the snapshot of its pod's new
+/// containers, and an API failure is the round's error. (The pod's
+/// `KruisePodReady` condition is written with a strategic merge patch,
+/// which the fake does not tell from a merge patch: not covered here.)
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kruise_api::containerrecreaterequest::POD_UID_LABEL;
+    use kruise_controller_runtime::backoff::Backoff;
+    use kruise_controller_runtime::events::Events;
+    use kruise_controller_runtime::testing::FakeApi;
+    use kruise_core::crr::controller::{POD_GONE, SNAPSHOT_EVERY};
+
+    use super::*;
+
+    const REQUESTS: &str =
+        "/apis/apps.kruise.io/v1alpha1/namespaces/default/containerrecreaterequests";
+
+    fn context(api: &FakeApi) -> Arc<Context> {
+        let client = api.client();
+        Arc::new(Context {
+            events: Events::new(client.clone(), CONTROLLER_NAME),
+            backoff: Backoff::default(),
+            client,
+        })
+    }
+
+    /// `seconds` ago, in whole seconds as the API server keeps times.
+    fn ago(seconds: i64) -> String {
+        Timestamp::from_second(Timestamp::now().as_second() - seconds)
+            .unwrap()
+            .to_string()
+    }
+
+    /// A request for pod `web` (uid `pod-uid`) and its container `app`,
+    /// with `extra` merged over it.
+    fn request(name: &str, extra: &Value) -> Value {
+        let mut request = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("{name}-uid"),
+                         "creationTimestamp": ago(10),
+                         "labels": {POD_UID_LABEL: "pod-uid", ACTIVE_LABEL: "true"}},
+            "spec": {"podName": "web", "containers": [{"name": "app"}]},
+        });
+        json_patch::merge(&mut request, extra);
+        request
+    }
+
+    fn pod(uid: &str, status: &Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+            "status": status,
+        })
+    }
+
+    async fn round_on(api: &FakeApi, name: &str) -> Result<Action, Error> {
+        let stored = api.get(&format!("{REQUESTS}/{name}")).unwrap();
+        let cached: Stored<ContainerRecreateRequest> = serde_json::from_value(stored).unwrap();
+        reconcile(Arc::new(cached), context(api)).await
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_pod_was_replaced_is_completed_as_pod_gone_and_loses_its_active_label()
+    {
+        let api = FakeApi::default();
+        api.insert("pods", pod("a-later-pod", &json!({})));
+        api.insert("containerrecreaterequests", request("restart", &json!({})));
+
+        let action = round_on(&api, "restart").await.unwrap();
+
+        assert_eq!(action, Action::await_change(), "finished, no TTL");
+        let stored = api.get(&format!("{REQUESTS}/restart")).unwrap();
+        assert_eq!(stored["status"]["phase"], "Completed");
+        assert_eq!(stored["status"]["message"], POD_GONE);
+        assert!(stored["status"]["completionTime"].is_string());
+        assert_eq!(
+            stored["metadata"]["labels"],
+            json!({POD_UID_LABEL: "pod-uid"})
+        );
+        let writes: Vec<(String, String)> = api
+            .writes()
+            .into_iter()
+            .map(|w| (w.method, w.path))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("PATCH".to_owned(), format!("{REQUESTS}/restart/status")),
+                (
+                    "POST".to_owned(),
+                    "/apis/events.k8s.io/v1/namespaces/default/events".to_owned()
+                ),
+                ("PATCH".to_owned(), format!("{REQUESTS}/restart")),
+            ]
+        );
+        let event = &api.writes()[1].body;
+        assert_eq!(
+            (&event["reason"], &event["note"]),
+            (&json!("Completed"), &json!(POD_GONE))
+        );
+        // The completion names the version it was planned on.
+        assert_eq!(api.writes()[0].body["metadata"]["resourceVersion"], "2");
+    }
+
+    #[tokio::test]
+    async fn a_finished_request_is_kept_until_its_ttl_and_then_deleted_by_uid() {
+        let api = FakeApi::default();
+        let finished = |completed: i64| {
+            json!({
+                "metadata": {"labels": {ACTIVE_LABEL: null}},
+                "spec": {"ttlSecondsAfterFinished": 60},
+                "status": {"phase": "Completed", "completionTime": ago(completed)},
+            })
+        };
+        api.insert("containerrecreaterequests", request("fresh", &finished(10)));
+        api.insert(
+            "containerrecreaterequests",
+            request("stale", &finished(120)),
+        );
+
+        let fresh = round_on(&api, "fresh").await.unwrap();
+        assert_eq!(fresh, Action::requeue(RESYNC), "50s left, capped at RESYNC");
+        assert_eq!(api.writes(), []);
+
+        let stale = round_on(&api, "stale").await.unwrap();
+        assert_eq!(stale, Action::await_change(), "gone");
+        assert_eq!(api.get(&format!("{REQUESTS}/stale")), None);
+        assert!(api.get(&format!("{REQUESTS}/fresh")).is_some());
+        let writes = api.writes();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(
+            (writes[0].method.as_str(), writes[0].path.as_str()),
+            ("DELETE", format!("{REQUESTS}/stale").as_str())
+        );
+        assert_eq!(writes[0].body["preconditions"]["uid"], "stale-uid");
+    }
+
+    #[tokio::test]
+    async fn a_recreating_request_gets_the_snapshot_of_its_pods_new_containers() {
+        let api = FakeApi::default();
+        let statuses = json!({"containerStatuses": [
+            {"name": "app", "ready": true, "restartCount": 1, "image": "busybox",
+             "imageID": "", "containerID": "containerd://new",
+             "state": {"running": {"startedAt": ago(5)}}},
+            {"name": "sidecar", "ready": true, "restartCount": 0, "image": "busybox",
+             "imageID": "", "containerID": "containerd://side",
+             "state": {"running": {"startedAt": ago(5)}}},
+        ]});
+        api.insert("pods", pod("pod-uid", &statuses));
+        let recreating = json!({"status": {"phase": "Recreating"}});
+        api.insert("containerrecreaterequests", request("restart", &recreating));
+
+        let action = round_on(&api, "restart").await.unwrap();
+
+        assert_eq!(action, Action::requeue(SNAPSHOT_EVERY));
+        let stored = api.get(&format!("{REQUESTS}/restart")).unwrap();
+        let text = stored["metadata"]["annotations"][SYNC_CONTAINER_STATUSES_ANNOTATION]
+            .as_str()
+            .unwrap();
+        let snapshot: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            snapshot,
+            json!([{"name": "app", "ready": true, "restartCount": 1,
+                    "containerID": "containerd://new"}])
+        );
+        assert_eq!(stored["status"], json!({"phase": "Recreating"}));
+        assert_eq!(api.writes().len(), 1, "one annotation patch, then a wait");
+    }
+
+    #[tokio::test]
+    async fn an_api_server_failure_is_the_rounds_error() {
+        let api = FakeApi::default();
+        api.insert("containerrecreaterequests", request("restart", &json!({})));
+        api.set_down(true);
+
+        let error = round_on(&api, "restart").await.unwrap_err();
+
+        assert_eq!(error.action, "read the request");
+        assert!(
+            matches!(error.source, kube::Error::Api(ref status) if status.code == 500),
+            "{error}"
+        );
+        assert_eq!(api.writes(), []);
+    }
+}

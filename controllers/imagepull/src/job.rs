@@ -478,3 +478,199 @@ async fn delete(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
     let deleted = api.delete(&job.name_any(), &params).await;
     unless_raced(deleted, "delete the finished job")
 }
+
+/// One round of the ImagePullJob controller against a fake API server:
+/// the finalizer added before anything else, the job's tag written into
+/// at most `parallelism` target NodeImages and counted in its status, a
+/// job whose nodes all succeeded completed and deleted after its TTL, and
+/// a deleted job's tags released before its finalizer is dropped.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kruise_controller_runtime::testing::FakeApi;
+    use serde_json::Value;
+
+    use super::*;
+
+    const JOB: &str = "/apis/apps.kruise.io/v1alpha1/namespaces/default/imagepulljobs/pull";
+    const NODE_IMAGES: &str = "/apis/apps.kruise.io/v1alpha1/nodeimages";
+
+    fn context(api: &FakeApi) -> Arc<Context> {
+        let client = api.client();
+        Arc::new(Context {
+            events: Events::new(client.clone(), CONTROLLER_NAME),
+            backoff: Backoff::default(),
+            client,
+            options: Options::default(),
+        })
+    }
+
+    fn insert_job(api: &FakeApi, spec: Value, metadata: Value) {
+        let mut job = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+            "metadata": {"name": "pull", "namespace": "default", "uid": "job-uid"},
+        });
+        job["spec"] = spec;
+        json_merge(&mut job["metadata"], metadata);
+        api.insert("imagepulljobs", job);
+    }
+
+    fn json_merge(into: &mut Value, from: Value) {
+        if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
+            into.extend(from);
+        }
+    }
+
+    fn insert_node_image(api: &FakeApi, name: &str, spec: Value, status: Value) {
+        let mut image = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                               "metadata": {"name": name}});
+        image["spec"] = spec;
+        image["status"] = status;
+        api.insert("nodeimages", image);
+    }
+
+    fn owned_tag(tag: &str, uid: &str) -> Value {
+        json!({
+            "tag": tag,
+            "createdAt": Timestamp::now().to_string(),
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1",
+                                 "kind": "ImagePullJob", "namespace": "default",
+                                 "name": "pull", "uid": uid}],
+        })
+    }
+
+    async fn round_on(api: &FakeApi) -> Action {
+        let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
+        reconcile(Arc::new(stored), context(api)).await.unwrap()
+    }
+
+    fn node_image(api: &FakeApi, name: &str) -> Value {
+        api.get(&format!("{NODE_IMAGES}/{name}")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_job_tags_at_most_parallelism_node_images_and_counts_them_in_its_status() {
+        let api = FakeApi::default();
+        for name in ["node-a", "node-b", "node-c"] {
+            insert_node_image(&api, name, json!({}), json!({"desired": 0}));
+        }
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "parallelism": 2, "completionPolicy": {}}),
+            json!({}),
+        );
+        let before = api.writes().len();
+
+        // First the finalizer, and nothing else.
+        assert_eq!(
+            round_on(&api).await,
+            Action::requeue(Duration::from_millis(100))
+        );
+        assert_eq!(
+            api.get(JOB).unwrap()["metadata"]["finalizers"],
+            json!([DELETION_PROTECTION_FINALIZER])
+        );
+        let writes: Vec<(String, String)> = api.writes()[before..]
+            .iter()
+            .map(|w| (w.method.clone(), w.path.clone()))
+            .collect();
+        assert_eq!(writes, [("PATCH".to_owned(), JOB.to_owned())]);
+        assert_eq!(node_image(&api, "node-a")["spec"], json!({}));
+
+        // Then the tag, on the first two nodes by name.
+        assert_eq!(round_on(&api).await, Action::requeue(RESYNC));
+        for name in ["node-a", "node-b"] {
+            let tags = &node_image(&api, name)["spec"]["images"]["nginx"]["tags"];
+            assert_eq!(tags.as_array().unwrap().len(), 1, "{name}");
+            assert_eq!(tags[0]["tag"], "1.25");
+            assert_eq!(tags[0]["ownerReferences"][0]["uid"], "job-uid");
+            assert_eq!(tags[0]["ownerReferences"][0]["kind"], "ImagePullJob");
+        }
+        assert_eq!(node_image(&api, "node-c")["spec"], json!({}));
+        let status = &api.get(JOB).unwrap()["status"];
+        assert_eq!(status["desired"], 3);
+        assert_eq!(status["message"], "job is running, progress 0.0%");
+
+        // Both are now pulling: node-c waits for a free slot.
+        round_on(&api).await;
+        assert_eq!(node_image(&api, "node-c")["spec"], json!({}));
+        let status = &api.get(JOB).unwrap()["status"];
+        assert_eq!(
+            (&status["desired"], &status["active"]),
+            (&json!(3), &json!(2))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_nodes_all_succeeded_completes_and_is_deleted_after_its_ttl() {
+        let api = FakeApi::default();
+        insert_node_image(
+            &api,
+            "node-a",
+            json!({"images": {"nginx": {"tags": [owned_tag("1.25", "job-uid")]}}}),
+            json!({"desired": 1, "succeeded": 1, "imageStatuses": {"nginx": {"tags": [
+                {"tag": "1.25", "phase": "Succeeded", "version": 0}]}}}),
+        );
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "completionPolicy": {"ttlSecondsAfterFinished": 0}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}),
+        );
+
+        assert_eq!(round_on(&api).await, Action::requeue(RESYNC));
+        let status = &api.get(JOB).unwrap()["status"];
+        assert_eq!(status["succeeded"], 1);
+        assert_eq!(status["desired"], 1);
+        assert_eq!(status["message"], "job has completed");
+        assert!(status["completionTime"].is_string());
+        let before = api.writes().len();
+
+        assert_eq!(round_on(&api).await, Action::await_change());
+        assert_eq!(api.get(JOB), None);
+        let writes: Vec<(String, Value)> = api.writes()[before..]
+            .iter()
+            .map(|w| (w.method.clone(), w.body.clone()))
+            .collect();
+        assert_eq!(writes.len(), 2, "{writes:?}");
+        assert_eq!(writes[0].0, "PATCH");
+        assert_eq!(writes[0].1["metadata"]["finalizers"], json!([]));
+        assert_eq!(writes[1].0, "DELETE");
+        assert_eq!(writes[1].1["preconditions"]["uid"], "job-uid");
+        // The node keeps the tag: its TTL, not the job, removes it.
+        assert_eq!(
+            node_image(&api, "node-a")["spec"]["images"]["nginx"]["tags"][0]["tag"],
+            "1.25"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_job_releases_its_tags_then_drops_its_finalizer() {
+        let api = FakeApi::default();
+        insert_node_image(
+            &api,
+            "node-a",
+            json!({"images": {
+                "nginx": {"tags": [owned_tag("1.25", "job-uid")]},
+                "redis": {"tags": [owned_tag("7", "other-uid")]},
+            }}),
+            json!({"desired": 2}),
+        );
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "completionPolicy": {}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER],
+                   "deletionTimestamp": "2024-01-01T00:00:00Z"}),
+        );
+
+        assert_eq!(round_on(&api).await, Action::await_change());
+
+        let images = &node_image(&api, "node-a")["spec"]["images"];
+        let kept: Vec<&String> = images.as_object().unwrap().keys().collect();
+        assert_eq!(kept, ["redis"]);
+        assert_eq!(
+            images["redis"]["tags"][0]["ownerReferences"][0]["uid"],
+            "other-uid"
+        );
+        assert_eq!(api.get(JOB).unwrap()["metadata"]["finalizers"], json!([]));
+    }
+}

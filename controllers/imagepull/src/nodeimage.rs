@@ -210,3 +210,165 @@ async fn referents(context: &Context, image: &NodeImage) -> Result<Referents, Er
     }
     Ok(Referents { job_uids, secrets })
 }
+
+/// One round of the NodeImage controller against a fake API server: the
+/// NodeImage made for a Ready node (its name and labels), a wait while the
+/// node is Ready for less than the creation delay, the NodeImage of a
+/// deleted node removed (a fake one kept), and the spec cleaned of tags
+/// whose jobs are gone with the node's labels mirrored.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kruise_controller_runtime::testing::FakeApi;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const NODE_IMAGES: &str = "/apis/apps.kruise.io/v1alpha1/nodeimages";
+
+    fn ready_node(name: &str, labels: &Value, since: Timestamp) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                        "lastTransitionTime": since.to_string()}]},
+        })
+    }
+
+    fn context(api: &FakeApi, creation_delay: Duration) -> Arc<Context> {
+        Arc::new(Context {
+            client: api.client(),
+            options: Options {
+                creation_delay,
+                ..Options::default()
+            },
+            backoff: Backoff::default(),
+        })
+    }
+
+    fn job_tag(tag: &str, job_uid: &str) -> Value {
+        json!({
+            "tag": tag,
+            "createdAt": Timestamp::now().to_string(),
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1",
+                                 "kind": "ImagePullJob", "namespace": "default",
+                                 "name": job_uid, "uid": job_uid}],
+        })
+    }
+
+    #[tokio::test]
+    async fn a_ready_node_gets_a_node_image_named_and_labelled_after_it() {
+        let api = FakeApi::default();
+        let labels = json!({"kubernetes.io/hostname": "node-1", "zone": "a"});
+        api.insert(
+            "nodes",
+            ready_node("node-1", &labels, Timestamp::UNIX_EPOCH),
+        );
+        let before = api.writes().len();
+
+        let action = sync("node-1", context(&api, Duration::ZERO)).await.unwrap();
+
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
+        assert_eq!(image["metadata"]["name"], "node-1");
+        assert_eq!(image["metadata"]["labels"], labels);
+        let writes: Vec<(String, String)> = api.writes()[before..]
+            .iter()
+            .map(|w| (w.method.clone(), w.path.clone()))
+            .collect();
+        assert_eq!(writes, [("POST".to_owned(), NODE_IMAGES.to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn a_node_ready_for_less_than_the_creation_delay_gets_no_node_image_yet() {
+        let api = FakeApi::default();
+        api.insert("nodes", ready_node("node-1", &json!({}), Timestamp::now()));
+        let before = api.writes().len();
+
+        let action = sync("node-1", context(&api, Duration::from_secs(30)))
+            .await
+            .unwrap();
+
+        assert_ne!(action, Action::await_change());
+        assert_ne!(action, Action::requeue(Duration::from_secs(1)));
+        assert_eq!(api.get(&format!("{NODE_IMAGES}/node-1")), None);
+        assert_eq!(api.writes().len(), before);
+    }
+
+    #[tokio::test]
+    async fn the_node_image_of_a_deleted_node_is_deleted_unless_it_is_fake() {
+        let api = FakeApi::default();
+        let gone = api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-gone"}, "spec": {}}),
+        );
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-fake",
+                                "labels": {"apps.kruise.io/fake-nodeimage": "true"}},
+                   "spec": {}}),
+        );
+        let before = api.writes().len();
+
+        let action = sync("node-gone", context(&api, Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+        assert_eq!(api.get(&format!("{NODE_IMAGES}/node-gone")), None);
+        let deleted = api.writes().pop().unwrap();
+        assert_eq!(deleted.method, "DELETE");
+        assert_eq!(
+            deleted.body["preconditions"]["uid"],
+            gone["metadata"]["uid"]
+        );
+
+        let action = sync("node-fake", context(&api, Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+        assert!(api.get(&format!("{NODE_IMAGES}/node-fake")).is_some());
+        assert_eq!(api.writes().len(), before + 1, "only node-gone's delete");
+    }
+
+    #[tokio::test]
+    async fn tags_of_jobs_that_are_gone_are_dropped_and_the_nodes_labels_mirrored() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({"zone": "b"}), Timestamp::UNIX_EPOCH),
+        );
+        api.insert(
+            "imagepulljobs",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+                   "metadata": {"name": "live-job", "namespace": "default", "uid": "live-job"},
+                   "spec": {"image": "nginx:1.25", "completionPolicy": {}}}),
+        );
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+            "metadata": {"name": "node-1", "labels": {"zone": "a"}},
+            "spec": {"images": {
+                "nginx": {"tags": [job_tag("1.25", "live-job")]},
+                "redis": {"tags": [job_tag("7", "gone-job")]},
+            }}}),
+        );
+
+        let action = sync("node-1", context(&api, Duration::ZERO)).await.unwrap();
+
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
+        assert_eq!(image["metadata"]["labels"], json!({"zone": "b"}));
+        let kept: Vec<&String> = image["spec"]["images"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(kept, ["nginx"]);
+        assert_eq!(image["spec"]["images"]["nginx"]["tags"][0]["tag"], "1.25");
+        let methods: Vec<String> = api.writes().into_iter().map(|w| w.method).collect();
+        // One replace of the NodeImage.
+        assert_eq!(methods, ["PUT"]);
+    }
+}
