@@ -139,11 +139,16 @@ impl LeaderElection {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
-            match self.round().await {
-                Ok(Round::Leading) => renewed = Instant::now(),
-                Ok(Round::Held(holder)) => return Lost::TakenBy(holder),
-                Ok(Round::Raced) => {}
-                Err(error) => tracing::warn!(lease = self.name, %error, "cannot renew the Lease"),
+            // A round hanging on an unresponsive API server must not keep
+            // us leading past the deadline (the others' lease runs out).
+            let left = self.timing.renew_deadline.saturating_sub(renewed.elapsed());
+            match tokio::time::timeout(left, self.round()).await {
+                Ok(Ok(Round::Leading)) => renewed = Instant::now(),
+                Ok(Ok(Round::Held(holder))) => return Lost::TakenBy(holder),
+                Ok(Ok(Round::Raced)) | Err(_) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(lease = self.name, %error, "cannot renew the Lease");
+                }
             }
             if renewed.elapsed() >= self.timing.renew_deadline {
                 return Lost::NotRenewed(self.timing.renew_deadline);
@@ -347,6 +352,18 @@ mod tests {
         leader.acquire().await;
         api.set_down(true);
         let lost = tokio::time::timeout(PATIENCE, leader.keep()).await.unwrap();
+        assert!(matches!(lost, Lost::NotRenewed(_)), "{lost}");
+    }
+
+    #[tokio::test]
+    async fn a_leader_whose_api_server_hangs_gives_up_after_the_renew_deadline() {
+        let api = FakeApi::default();
+        let mut leader = replica(&api, "leader");
+        leader.acquire().await;
+        api.set_delay(Duration::from_mins(1));
+        let lost = tokio::time::timeout(PATIENCE, leader.keep())
+            .await
+            .expect("a hanging renewal is cut at the deadline");
         assert!(matches!(lost, Lost::NotRenewed(_)), "{lost}");
     }
 

@@ -35,6 +35,8 @@ pub struct FakeApi {
 #[derive(Debug, Default)]
 struct State {
     down: bool,
+    /// How long each answer takes.
+    delay: std::time::Duration,
     objects: BTreeMap<String, Value>,
     version: u64,
     seen: Vec<Seen>,
@@ -115,6 +117,8 @@ impl FakeApi {
                     }
                     Err(_) => Value::Null,
                 };
+                let delay = api.lock().delay;
+                tokio::time::sleep(delay).await;
                 let (code, answer) = api.answer(&method, uri.path(), uri.query(), body);
                 Response::builder()
                     .status(code)
@@ -140,6 +144,11 @@ impl FakeApi {
 
     pub fn set_down(&self, down: bool) {
         self.lock().down = down;
+    }
+
+    /// Makes every answer take `delay` (an API server that hangs).
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.lock().delay = delay;
     }
 
     pub fn get(&self, path: &str) -> Option<Value> {
