@@ -26,8 +26,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kruise_api::{ContainerRecreateRequest, Stored};
-use kruise_controller_runtime::backoff::Backoff;
-use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::outcome;
 use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
@@ -42,19 +41,9 @@ pub const CONTROLLER_NAME: &str = "kruise-crr-controller";
 /// How often an open request is looked at again without an event.
 pub const RESYNC: Duration = Duration::from_secs(5);
 
-struct Context {
-    client: Client,
-    events: Events,
-    backoff: Backoff,
-}
-
 /// Runs the controller until the task is dropped.
 pub async fn run(client: Client) {
-    let context = Arc::new(Context {
-        events: Events::new(client.clone(), CONTROLLER_NAME),
-        backoff: Backoff::default(),
-        client: client.clone(),
-    });
+    let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     // Stored<_>: one request our types cannot read must not stop the watch.
     let requests = Api::<Stored<ContainerRecreateRequest>>::all(client);

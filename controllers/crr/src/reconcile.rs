@@ -227,8 +227,6 @@ async fn report_unreadable(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use kruise_api::containerrecreaterequest::POD_UID_LABEL;
-    use kruise_controller_runtime::backoff::Backoff;
-    use kruise_controller_runtime::events::Events;
     use kruise_controller_runtime::testing::FakeApi;
     use kruise_core::crr::controller::{POD_GONE, SNAPSHOT_EVERY};
 
@@ -238,12 +236,7 @@ mod tests {
         "/apis/apps.kruise.io/v1alpha1/namespaces/default/containerrecreaterequests";
 
     fn context(api: &FakeApi) -> Arc<Context> {
-        let client = api.client();
-        Arc::new(Context {
-            events: Events::new(client.clone(), CONTROLLER_NAME),
-            backoff: Backoff::default(),
-            client,
-        })
+        Arc::new(Context::new(api.client(), CONTROLLER_NAME))
     }
 
     /// `seconds` ago, in whole seconds as the API server keeps times.

@@ -54,14 +54,20 @@ struct Context {
     backoff: Backoff,
 }
 
+impl Context {
+    fn new(client: Client, options: Options) -> Self {
+        Self {
+            events: Events::new(client.clone(), CONTROLLER_NAME),
+            backoff: Backoff::default(),
+            client,
+            options,
+        }
+    }
+}
+
 /// Runs the controller until the task is dropped.
 pub async fn run(client: Client, options: Options) {
-    let context = Arc::new(Context {
-        events: Events::new(client.clone(), CONTROLLER_NAME),
-        backoff: Backoff::default(),
-        client: client.clone(),
-        options,
-    });
+    let context = Arc::new(Context::new(client.clone(), options));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let jobs = Api::<Stored<ImagePullJob>>::all(client.clone());
     let node_images = Api::<Stored<NodeImage>>::all(client);
@@ -496,13 +502,7 @@ mod tests {
     const NODE_IMAGES: &str = "/apis/apps.kruise.io/v1alpha1/nodeimages";
 
     fn context(api: &FakeApi) -> Arc<Context> {
-        let client = api.client();
-        Arc::new(Context {
-            events: Events::new(client.clone(), CONTROLLER_NAME),
-            backoff: Backoff::default(),
-            client,
-            options: Options::default(),
-        })
+        Arc::new(Context::new(api.client(), Options::default()))
     }
 
     fn insert_job(api: &FakeApi, spec: Value, metadata: Value) {

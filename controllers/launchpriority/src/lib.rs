@@ -30,8 +30,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kruise_controller_runtime::backoff::Backoff;
-use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::outcome;
 use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
@@ -47,20 +46,10 @@ pub const CONTROLLER_NAME: &str = "kruise-launchpriority-controller";
 /// again without an event (pod status changes trigger it at once).
 pub const RESYNC: Duration = Duration::from_secs(15);
 
-struct Context {
-    client: Client,
-    events: Events,
-    backoff: Backoff,
-}
-
 /// Runs the controller until the task is dropped. Errors are logged and
 /// retried with backoff; nothing here panics.
 pub async fn run(client: Client) {
-    let context = Arc::new(Context {
-        events: Events::new(client.clone(), CONTROLLER_NAME),
-        backoff: Backoff::default(),
-        client: client.clone(),
-    });
+    let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let controller = Controller::new(Api::<Pod>::all(client), watcher::Config::default());
     readiness::global().track(CONTROLLER_NAME, controller.store());

@@ -200,8 +200,6 @@ fn patch_params() -> PatchParams {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use kruise_controller_runtime::backoff::Backoff;
-    use kruise_controller_runtime::events::Events;
     use kruise_controller_runtime::testing::FakeApi;
     use serde_json::Value;
 
@@ -227,12 +225,7 @@ mod tests {
     }
 
     fn context(api: &FakeApi) -> Arc<Context> {
-        let client = api.client();
-        Arc::new(Context {
-            events: Events::new(client.clone(), CONTROLLER_NAME),
-            backoff: Backoff::default(),
-            client,
-        })
+        Arc::new(Context::new(api.client(), CONTROLLER_NAME))
     }
 
     async fn round_on(api: &FakeApi) -> Action {

@@ -6,6 +6,7 @@
 
 pub mod api_error;
 pub mod backoff;
+pub mod context;
 pub mod events;
 pub mod leader;
 pub mod metrics;
