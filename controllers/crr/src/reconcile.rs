@@ -86,8 +86,12 @@ fn wait(request: &ContainerRecreateRequest, after: Option<Duration>) -> Action {
         .status
         .as_ref()
         .is_some_and(|s| s.completion_time.is_some());
+    let soonest = Duration::from_millis(100);
     match after {
-        Some(after) => Action::requeue(after.min(RESYNC).max(Duration::from_millis(100))),
+        // Nothing changes a finished request but its TTL (and a change
+        // wakes it anyway): no reason to read it again before then.
+        Some(after) if finished => Action::requeue(after.max(soonest)),
+        Some(after) => Action::requeue(after.min(RESYNC).max(soonest)),
         None if finished || request.metadata.deletion_timestamp.is_some() => Action::await_change(),
         None => Action::requeue(RESYNC),
     }
@@ -318,6 +322,25 @@ mod tests {
         assert_eq!(api.writes()[0].body["metadata"]["resourceVersion"], "2");
     }
 
+    #[test]
+    fn a_finished_request_waits_for_its_ttl_and_an_open_one_at_most_resync() {
+        let parse = |extra: &Value| -> ContainerRecreateRequest {
+            serde_json::from_value(request("r", extra)).unwrap()
+        };
+        let open = parse(&json!({}));
+        let finished = parse(&json!({"status": {"phase": "Completed", "completionTime": ago(10)}}));
+        let long = Duration::from_secs(50);
+
+        assert_eq!(wait(&finished, Some(long)), Action::requeue(long));
+        assert_eq!(wait(&open, Some(long)), Action::requeue(RESYNC));
+        assert_eq!(
+            wait(&finished, Some(Duration::ZERO)),
+            Action::requeue(Duration::from_millis(100))
+        );
+        assert_eq!(wait(&finished, None), Action::await_change());
+        assert_eq!(wait(&open, None), Action::requeue(RESYNC));
+    }
+
     #[tokio::test]
     async fn a_finished_request_is_kept_until_its_ttl_and_then_deleted_by_uid() {
         let api = FakeApi::default();
@@ -335,7 +358,8 @@ mod tests {
         );
 
         let fresh = round_on(&api, "fresh").await.unwrap();
-        assert_eq!(fresh, Action::requeue(RESYNC), "50s left, capped at RESYNC");
+        assert_ne!(fresh, Action::requeue(RESYNC), "50s left, not every RESYNC");
+        assert_ne!(fresh, Action::await_change(), "the TTL still wakes it");
         assert_eq!(api.writes(), []);
 
         let stale = round_on(&api, "stale").await.unwrap();

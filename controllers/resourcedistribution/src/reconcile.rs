@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{ResourceDistribution, Stored};
 use kruise_core::resourcedistribution::{
-    Action as Write, Failure, PlanError, ReconcileInput, needs_status_write, plan, read_resource,
+    Action as Write, Failure, ReconcileInput, needs_status_write, plan, read_resource,
 };
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -22,8 +22,6 @@ use crate::events;
 pub(crate) enum Error {
     #[error(transparent)]
     Read(#[from] ReadError),
-    #[error("cannot plan: {0}")]
-    Plan(#[source] PlanError),
     #[error("cannot write the status: {0}")]
     Status(#[source] kube::Error),
     #[error("{count} namespace(s) failed, e.g. {example}")]
@@ -64,11 +62,12 @@ pub(crate) async fn reconcile(
         now,
     }) {
         Ok(plan) => plan,
-        Err(error @ (PlanError::InvalidResource(_) | PlanError::InvalidSelector(_))) => {
+        // None of these is mended by trying again (a distribution without a
+        // name or uid is not one the API server stored): wait for a change.
+        Err(error) => {
             let reference = distribution.object_ref(&());
             return Ok(invalid(&context, &reference, &name, &error.to_string()).await);
         }
-        Err(error) => return Err(Error::Plan(error)),
     };
 
     let outcomes = cluster::execute(client, &plan.resource, &plan.actions, &existing).await;
@@ -242,6 +241,24 @@ mod tests {
         let stored: Stored<ResourceDistribution> =
             serde_json::from_value(api.get(DISTRIBUTION).unwrap()).unwrap();
         reconcile(Arc::new(stored), Arc::new(Context::new(api.client()))).await
+    }
+
+    #[tokio::test]
+    async fn a_distribution_without_a_uid_is_refused_once_not_retried() {
+        let api = cluster();
+        let mut unsaved = sample();
+        unsaved["metadata"]["uid"] = Value::Null;
+        let stored: Stored<ResourceDistribution> = serde_json::from_value(unsaved).unwrap();
+        let action = reconcile(Arc::new(stored), Arc::new(Context::new(api.client())))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+        let configmap_writes = api
+            .writes()
+            .into_iter()
+            .filter(|w| w.path.contains("/configmaps"))
+            .count();
+        assert_eq!(configmap_writes, 0, "no copy without an owner uid");
     }
 
     fn status(api: &FakeApi) -> ResourceDistributionStatus {
