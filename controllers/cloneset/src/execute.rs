@@ -19,7 +19,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::Context;
+use kruise_controller_runtime::api_error::{is_already_exists, is_not_found};
+use kruise_controller_runtime::context::Context;
+
 use super::reconcile::ReconcileError;
 
 pub(crate) async fn execute(
@@ -49,7 +51,7 @@ pub(crate) async fn execute(
                     .event("SuccessfulDelete", &format!("succeed to delete pod {name}"))
                     .await;
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) if is_not_found(&error) => {}
             Err(error) => return Err(ReconcileError::api(format!("delete pod {name}"))(error)),
         }
     }
@@ -241,7 +243,7 @@ impl Writer<'_> {
                     self.event("SuccessfulDelete", &format!("succeed to delete pvc {name}"))
                         .await;
                 }
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) if is_not_found(&error) => {}
                 Err(error) => {
                     return Err(ReconcileError::api(format!("delete claim {name}"))(error));
                 }
@@ -261,7 +263,7 @@ impl Writer<'_> {
             match api.create(&PostParams::default(), claim).await {
                 Ok(_) => {}
                 // A claim of a recreated instance is reused.
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) if is_already_exists(&error) => {}
                 Err(error) => {
                     return Err(ReconcileError::api(format!(
                         "create claim {}",

@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{CloneSet, Stored};
-use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::context::Context;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -26,30 +25,20 @@ pub use reconcile::ReconcileError;
 /// The name the controller writes and reports events under.
 pub const CONTROLLER_NAME: &str = "kruise-cloneset-controller";
 
-struct Context {
-    client: Client,
-    events: Events,
-}
-
-/// Runs the controller until the process ends.
-pub async fn run(client: Client) {
-    let context = Arc::new(Context {
-        events: Events::new(client.clone(), CONTROLLER_NAME),
-        client: client.clone(),
-    });
+/// Runs the controller until the process ends; its pod and revision
+/// triggers come from the manager's shared watches.
+pub async fn run(client: Client, watches: SharedWatches) {
+    let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
     // Stored<_>: one CloneSet our types cannot read must not fail the watch
     // of all the others (reconcile reports and skips it).
     let controller = Controller::new(
-        Api::<Stored<CloneSet>>::all(client.clone()),
+        Api::<Stored<CloneSet>>::all(client),
         watcher::Config::default(),
     );
     readiness::global().track(CONTROLLER_NAME, controller.store());
     controller
-        .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .owns(
-            Api::<ControllerRevision>::all(client),
-            watcher::Config::default(),
-        )
+        .owns_shared_stream(watches.pods().subscribe())
+        .owns_shared_stream(watches.revisions().subscribe())
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
             on_error,
@@ -68,13 +57,14 @@ pub async fn run(client: Client) {
 fn on_error(
     cloneset: Arc<Stored<CloneSet>>,
     error: &ReconcileError,
-    _context: Arc<Context>,
+    context: Arc<Context>,
 ) -> Action {
     let name = cloneset.name();
     if error.is_conflict() {
         tracing::debug!(cloneset = name, %error, "write conflict; planning again");
         return Action::requeue(Duration::from_millis(100));
     }
-    tracing::warn!(cloneset = name, %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(2))
+    let delay = context.backoff.next(&reconcile::key(&cloneset));
+    tracing::warn!(cloneset = name, %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }

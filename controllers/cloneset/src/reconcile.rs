@@ -16,10 +16,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use kruise_controller_runtime::api_error;
+use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::status::replace_status;
 
+use super::CONTROLLER_NAME;
 use super::execute::execute;
-use super::{CONTROLLER_NAME, Context};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -37,7 +39,7 @@ impl ReconcileError {
 
     /// Someone else wrote first: plan again from what is there now.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::Api { source: kube::Error::Api(status), .. } if status.code == 409)
+        matches!(self, Self::Api { source, .. } if api_error::is_conflict(source))
     }
 }
 
@@ -59,7 +61,18 @@ pub(crate) async fn reconcile(
             return Ok(Action::await_change());
         }
     };
-    reconcile_cloneset(cloneset, &context).await
+    let action = reconcile_cloneset(cloneset, &context).await?;
+    context.backoff.reset(&key(&stored));
+    Ok(action)
+}
+
+/// `namespace/name`: the CloneSet's key in the retry backoff.
+pub(crate) fn key(cloneset: &Stored<CloneSet>) -> String {
+    format!(
+        "{}/{}",
+        cloneset.namespace().unwrap_or_default(),
+        cloneset.name()
+    )
 }
 
 async fn reconcile_cloneset(
@@ -164,4 +177,234 @@ async fn reconcile_cloneset(
         .and_then(|s| u64::try_from(s).ok())
         .map_or(Duration::from_secs(30), |s| Duration::from_secs(s.max(1)));
     Ok(Action::requeue(requeue))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kruise_controller_runtime::testing::{FakeApi, Seen};
+    use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
+    use serde_json::Value;
+
+    use super::*;
+
+    const CLONESET: &str = "/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets/demo";
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+
+    fn cloneset(replicas: u32, image: &str, strategy: &str) -> Value {
+        json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+            "metadata": {"name": "demo", "namespace": "default", "uid": "cs-uid", "generation": 1},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "demo"}},
+                "template": {
+                    "metadata": {"labels": {"app": "demo"}},
+                    "spec": {"containers": [{"name": "main", "image": image},
+                                            {"name": "log", "image": "log:1"}]},
+                },
+                "updateStrategy": {"type": strategy, "maxUnavailable": 1},
+            },
+        })
+    }
+
+    async fn round(api: &FakeApi) -> Action {
+        let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
+        let context = Arc::new(Context::new(api.client(), CONTROLLER_NAME));
+        reconcile(Arc::new(stored), context).await.unwrap()
+    }
+
+    /// Method and path of each write but events (best effort), the pods'
+    /// names replaced by `pod`.
+    fn writes(seen: &[Seen]) -> Vec<String> {
+        seen.iter()
+            .filter(|s| s.method != "GET" && !s.path.contains("/events"))
+            .map(|s| {
+                let path = match s.path.strip_prefix(&format!("{PODS}/")) {
+                    Some(rest) => {
+                        let sub = rest.split_once('/').map(|(_, sub)| format!("/{sub}"));
+                        format!("{PODS}/pod{}", sub.unwrap_or_default())
+                    }
+                    None => s.path.clone(),
+                };
+                format!("{} {path}", s.method)
+            })
+            .collect()
+    }
+
+    async fn pods(api: &FakeApi) -> Vec<Value> {
+        let listed = Api::<Pod>::namespaced(api.client(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        listed
+            .items
+            .into_iter()
+            .map(|pod| serde_json::to_value(pod).unwrap())
+            .collect()
+    }
+
+    /// Marks every pod Running and Ready, as a kubelet would.
+    async fn make_ready(api: &FakeApi) {
+        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
+        for pod in pods(api).await {
+            let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+            let status = json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+            pods_api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// The user's edit: `spec` merged into the CloneSet's, a new generation.
+    async fn set_spec(api: &FakeApi, spec: &Value, generation: i64) {
+        let mut stored = api.get(CLONESET).unwrap();
+        json_patch_merge(&mut stored["spec"], spec);
+        stored["metadata"]["generation"] = json!(generation);
+        let object: CloneSet = serde_json::from_value(stored).unwrap();
+        Api::<CloneSet>::namespaced(api.client(), "default")
+            .replace("demo", &PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
+
+    fn json_patch_merge(target: &mut Value, patch: &Value) {
+        if let (Value::Object(fields), Value::Object(patched)) = (&mut *target, patch) {
+            for (key, value) in patched {
+                json_patch_merge(fields.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        } else {
+            *target = patch.clone();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_cloneset_gets_a_revision_its_pods_and_a_status() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+
+        round(&api).await;
+
+        let revisions = "/apis/apps/v1/namespaces/default/controllerrevisions";
+        assert_eq!(
+            writes(&api.seen()),
+            [
+                format!("POST {revisions}"),
+                format!("POST {PODS}"),
+                format!("POST {PODS}"),
+                format!("PUT {CLONESET}/status"),
+            ]
+        );
+        let created = pods(&api).await;
+        assert_eq!(created.len(), 2);
+        let revision = api.seen()[..]
+            .iter()
+            .find(|s| s.method == "POST" && s.path == revisions)
+            .map(|s| s.body["metadata"]["name"].as_str().unwrap().to_owned())
+            .unwrap();
+        for pod in &created {
+            let labels = &pod["metadata"]["labels"];
+            assert_eq!(labels["app"], "demo");
+            assert_eq!(labels[LABEL_REVISION], revision.as_str());
+            let id = labels[LABEL_INSTANCE_ID].as_str().unwrap();
+            assert_eq!(pod["metadata"]["name"], format!("demo-{id}"));
+            let owner = &pod["metadata"]["ownerReferences"][0];
+            assert_eq!(
+                (&owner["uid"], &owner["controller"]),
+                (&json!("cs-uid"), &json!(true))
+            );
+        }
+        let status = &api.get(CLONESET).unwrap()["status"];
+        assert_eq!(status["observedGeneration"], 1);
+        assert_eq!(status["updateRevision"], revision.as_str());
+    }
+
+    #[tokio::test]
+    async fn a_scale_in_deletes_one_pod_and_a_settled_round_writes_nothing() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+        round(&api).await;
+        make_ready(&api).await;
+        round(&api).await;
+        let before = api.seen().len();
+        round(&api).await;
+        assert_eq!(
+            writes(&api.seen()[before..]),
+            Vec::<String>::new(),
+            "settled"
+        );
+
+        set_spec(&api, &json!({"replicas": 1}), 2).await;
+        let before = api.seen().len();
+        round(&api).await;
+
+        assert_eq!(
+            writes(&api.seen()[before..]),
+            [
+                format!("DELETE {PODS}/pod"),
+                format!("PUT {CLONESET}/status")
+            ]
+        );
+        assert_eq!(pods(&api).await.len(), 1);
+        assert_eq!(
+            api.get(CLONESET).unwrap()["status"]["observedGeneration"],
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn an_in_place_update_patches_one_container_image_and_keeps_the_others() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "InPlaceIfPossible"));
+        round(&api).await;
+        make_ready(&api).await;
+        round(&api).await;
+
+        set_spec(
+            &api,
+            &json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:2"},
+                                                           {"name": "log", "image": "log:1"}]}}}),
+            2,
+        )
+        .await;
+        let before = api.seen().len();
+        round(&api).await;
+
+        let patched: Vec<String> = writes(&api.seen()[before..])
+            .into_iter()
+            .filter(|w| w.starts_with("PATCH"))
+            .collect();
+        assert!(!patched.is_empty(), "{:?}", writes(&api.seen()[before..]));
+        let images: Vec<Vec<String>> = pods(&api)
+            .await
+            .iter()
+            .map(|pod| {
+                pod["spec"]["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{}={}",
+                            c["name"].as_str().unwrap(),
+                            c["image"].as_str().unwrap()
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        // maxUnavailable 1: one pod at a time, in place (no pod deleted),
+        // its other container untouched.
+        assert!(
+            images.contains(&vec!["main=nginx:2".to_owned(), "log=log:1".to_owned()]),
+            "{images:?}"
+        );
+        assert!(
+            images.contains(&vec!["main=nginx:1".to_owned(), "log=log:1".to_owned()]),
+            "{images:?}"
+        );
+        assert_eq!(images.len(), 2);
+    }
 }

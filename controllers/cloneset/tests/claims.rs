@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_core::cloneset::LABEL_INSTANCE_ID;
 use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::{DevCluster, Options};
@@ -118,7 +119,10 @@ async fn claims_follow_their_pods_and_are_reused_unless_disabled() {
     let _converter = install_converted_by(&cluster, start_conversion_only)
         .await
         .unwrap();
-    tokio::spawn(kruise_cloneset_controller::run(client.clone()));
+    tokio::spawn(kruise_cloneset_controller::run(
+        client.clone(),
+        SharedWatches::new(client.clone()),
+    ));
     let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     clonesets

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::simnode::{READY_AFTER_SECONDS, SimNodes};
 use kruise_devcluster::{DevCluster, Options};
@@ -59,7 +60,10 @@ async fn a_restart_and_conflicting_writers_lose_nothing() {
         .await
         .unwrap();
     let _nodes = SimNodes::start(client.clone(), 3).await.unwrap();
-    let first = tokio::spawn(kruise_cloneset_controller::run(client.clone()));
+    let first = tokio::spawn(kruise_cloneset_controller::run(
+        client.clone(),
+        SharedWatches::new(client.clone()),
+    ));
     let api: Api<CloneSet> = Api::namespaced(client.clone(), "default");
     api.create(&PostParams::default(), &cloneset())
         .await
@@ -107,7 +111,10 @@ async fn a_restart_and_conflicting_writers_lose_nothing() {
     }
     first.abort();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let second = tokio::spawn(kruise_cloneset_controller::run(client.clone()));
+    let second = tokio::spawn(kruise_cloneset_controller::run(
+        client.clone(),
+        SharedWatches::new(client.clone()),
+    ));
 
     wait_for_columns(&api, "steady", [5, 5, 5, 5, 5]).await;
     chaos.abort();

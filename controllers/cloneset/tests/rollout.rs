@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_devcluster::crds::install_converted_by;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::wait::wait_for;
@@ -31,7 +32,10 @@ async fn clonesets_roll_out_on_the_dev_cluster() {
         .await
         .unwrap();
     let _nodes = SimNodes::start(client.clone(), 3).await.unwrap();
-    tokio::spawn(kruise_cloneset_controller::run(client.clone()));
+    tokio::spawn(kruise_cloneset_controller::run(
+        client.clone(),
+        SharedWatches::new(client.clone()),
+    ));
     let api: Api<CloneSet> = Api::namespaced(client.clone(), "default");
 
     surge_and_partition(&client, &api, &cluster.kubeconfig).await;

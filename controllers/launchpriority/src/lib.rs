@@ -32,10 +32,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::outcome;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, readiness};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 pub use reconcile::Error;
 
@@ -46,12 +46,14 @@ pub const CONTROLLER_NAME: &str = "kruise-launchpriority-controller";
 /// again without an event (pod status changes trigger it at once).
 pub const RESYNC: Duration = Duration::from_secs(15);
 
-/// Runs the controller until the task is dropped. Errors are logged and
-/// retried with backoff; nothing here panics.
-pub async fn run(client: Client) {
-    let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
+/// Runs the controller on the manager's shared pod watch until the task is
+/// dropped. Errors are logged and retried with backoff; nothing here
+/// panics.
+pub async fn run(client: Client, watches: SharedWatches) {
+    let context = Arc::new(Context::new(client, CONTROLLER_NAME));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
-    let controller = Controller::new(Api::<Pod>::all(client), watcher::Config::default());
+    let pods = watches.pods();
+    let controller = Controller::for_shared_stream(pods.subscribe(), pods.store());
     readiness::global().track(CONTROLLER_NAME, controller.store());
     controller
         .run(

@@ -4,6 +4,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use kruise_cloneset_controller::CONTROLLER_NAME as CLONESET;
 use kruise_controller_runtime::readiness;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_crr_controller::CONTROLLER_NAME as CRR;
 pub use kruise_imagepull_controller::Options as ImagePullOptions;
 use kruise_imagepull_controller::{job, nodeimage};
@@ -21,7 +22,8 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    /// Starts every controller; `/readyz` waits for all their caches.
+    /// Starts every controller; `/readyz` waits for all their caches. The
+    /// shared watches stop with the last controller that reads them.
     pub fn start(client: &Client, image_pull: ImagePullOptions) -> Self {
         let mut tasks = Supervisor::default();
         let caches = [
@@ -38,8 +40,11 @@ impl Controllers {
             readiness::global().expect(cache);
         }
         let c = || client.clone();
+        // One pod watch and one ControllerRevision watch for all of them.
+        let watches = SharedWatches::new(client.clone());
+        let w = || watches.clone();
         let controllers: [(&'static str, BoxFuture<'static, ()>); 7] = [
-            (CLONESET, kruise_cloneset_controller::run(c()).boxed()),
+            (CLONESET, kruise_cloneset_controller::run(c(), w()).boxed()),
             (CRR, kruise_crr_controller::run(c()).boxed()),
             (
                 job::CONTROLLER_NAME,
@@ -51,13 +56,16 @@ impl Controllers {
             ),
             (
                 LAUNCH_PRIORITY,
-                kruise_launchpriority_controller::run(c()).boxed(),
+                kruise_launchpriority_controller::run(c(), w()).boxed(),
             ),
             (
                 RESOURCE_DISTRIBUTION,
                 kruise_resourcedistribution_controller::run(c()).boxed(),
             ),
-            (SIDECARSET, kruise_sidecarset_controller::run(c()).boxed()),
+            (
+                SIDECARSET,
+                kruise_sidecarset_controller::run(c(), w()).boxed(),
+            ),
         ];
         for (name, run) in controllers {
             tasks.spawn(name, run);

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_core::cloneset::{container_status, has_ready_condition};
 use kruise_core::launch_priority::COMPLETED_ANNOTATION;
 use kruise_devcluster::simnode::READY_AFTER_SECONDS;
@@ -211,7 +212,10 @@ async fn ordered_pods_start_one_priority_level_at_a_time() {
 
 /// Starts the barrier controller alone, so the test can stop it.
 fn start_controller(client: &Client) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(kruise_launchpriority_controller::run(client.clone()))
+    tokio::spawn(kruise_launchpriority_controller::run(
+        client.clone(),
+        SharedWatches::new(client.clone()),
+    ))
 }
 
 #[tokio::test]

@@ -4,13 +4,12 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kruise_api::ResourceDistribution;
 use kruise_api::resourcedistribution::ResourceDistributionConditionType as ConditionType;
+use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::events::truncate;
 use kruise_core::resourcedistribution::{Action, Failure, ResourceIdentity};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
 
 use crate::cluster::verb;
-use crate::context::Context;
 
 /// Namespaces named in one event note; the rest are counted.
 const NAMESPACES_SHOWN: usize = 10;
@@ -45,15 +44,15 @@ pub(crate) async fn writes_done(
             resource.name,
             list(&namespaces)
         );
-        publish(
-            context,
-            &distribution.object_ref(&()),
-            EventType::Normal,
-            reason,
-            capitalized(action_verb),
-            note,
-        )
-        .await;
+        context
+            .events
+            .normal(
+                &distribution.object_ref(&()),
+                reason,
+                capitalized(action_verb),
+                &note,
+            )
+            .await;
     }
 }
 
@@ -79,54 +78,24 @@ pub(crate) async fn failures(
             truncate(&last.message, MESSAGE_CHARS)
         );
         let reason = format!("{condition:?}");
-        publish(
-            context,
-            &distribution.object_ref(&()),
-            EventType::Warning,
-            &reason,
-            "Distribute",
-            note,
-        )
-        .await;
+        context
+            .events
+            .warning(&distribution.object_ref(&()), &reason, "Distribute", &note)
+            .await;
     }
 }
 
 /// The distribution cannot be read or planned: only a new spec helps.
 pub(crate) async fn invalid_spec(context: &Context, distribution: &ObjectReference, message: &str) {
-    publish(
-        context,
-        distribution,
-        EventType::Warning,
-        "InvalidSpec",
-        "Distribute",
-        truncate(message, MESSAGE_CHARS),
-    )
-    .await;
-}
-
-async fn publish(
-    context: &Context,
-    reference: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = context.recorder.publish(&event, reference).await {
-        tracing::warn!(
-            distribution = reference.name.as_deref().unwrap_or_default(),
-            reason,
-            %error,
-            "cannot publish an event"
-        );
-    }
+    context
+        .events
+        .warning(
+            distribution,
+            "InvalidSpec",
+            "Distribute",
+            &truncate(message, MESSAGE_CHARS),
+        )
+        .await;
 }
 
 fn capitalized(verb: &str) -> &'static str {

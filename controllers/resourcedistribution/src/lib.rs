@@ -28,7 +28,6 @@
 //! the distribution cannot be planned at all.
 
 mod cluster;
-mod context;
 mod events;
 mod reconcile;
 
@@ -38,6 +37,7 @@ use futures::StreamExt;
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kruise_api::{ResourceDistribution, Stored};
+use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::resourcedistribution::{ResourceKind, read_resource};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -72,7 +72,7 @@ pub async fn run(client: Client) {
             }
         })
     });
-    let context = Arc::new(context::Context::new(client.clone()));
+    let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
     let controller = Controller::new(distributions, watcher::Config::default());
     let store = controller.store();
     readiness::global().track(CONTROLLER_NAME, store.clone());

@@ -11,10 +11,10 @@ use kruise_core::resourcedistribution::{
 use kube::Resource;
 use kube::runtime::controller::Action;
 
+use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::status::StatusWrite;
 
 use crate::cluster::{self, ReadError};
-use crate::context::Context;
 use crate::events;
 
 /// Why a reconcile is retried with backoff.
@@ -183,6 +183,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::CONTROLLER_NAME;
 
     const DISTRIBUTION: &str = "/apis/apps.kruise.io/v1alpha1/resourcedistributions/sample";
 
@@ -240,7 +241,11 @@ mod tests {
     async fn round_on(api: &FakeApi) -> Result<Action, Error> {
         let stored: Stored<ResourceDistribution> =
             serde_json::from_value(api.get(DISTRIBUTION).unwrap()).unwrap();
-        reconcile(Arc::new(stored), Arc::new(Context::new(api.client()))).await
+        reconcile(
+            Arc::new(stored),
+            Arc::new(Context::new(api.client(), CONTROLLER_NAME)),
+        )
+        .await
     }
 
     #[tokio::test]
@@ -249,9 +254,12 @@ mod tests {
         let mut unsaved = sample();
         unsaved["metadata"]["uid"] = Value::Null;
         let stored: Stored<ResourceDistribution> = serde_json::from_value(unsaved).unwrap();
-        let action = reconcile(Arc::new(stored), Arc::new(Context::new(api.client())))
-            .await
-            .unwrap();
+        let action = reconcile(
+            Arc::new(stored),
+            Arc::new(Context::new(api.client(), CONTROLLER_NAME)),
+        )
+        .await
+        .unwrap();
         assert_eq!(action, Action::await_change());
         let configmap_writes = api
             .writes()

@@ -1,6 +1,6 @@
 //! What every controller shares, written once: best-effort events, one
 //! retry backoff, one status writer, the API answers a controller branches
-//! on, reconcile metrics, cache readiness, leader election, how the results
+//! on, reconcile metrics, cache readiness, the shared watches, leader election, how the results
 //! of a reconcile stream are logged, random draws, and (feature `testing`)
 //! an in-memory API server for reconcile tests.
 
@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod random;
 pub mod readiness;
+pub mod shared;
 pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

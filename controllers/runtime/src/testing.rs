@@ -6,7 +6,9 @@
 //! our controllers depend on it: get, list (label selectors `k=v`, `k`),
 //! create (409 if present; uid and resourceVersion assigned), replace and
 //! status replace (409 on a stale resourceVersion), merge patch (409 when
-//! the patch names another uid or resourceVersion), delete (409 when the
+//! the patch names another uid or resourceVersion), strategic merge patch
+//! (the same, with the lists our controllers patch merged by their key:
+//! containers by name, conditions by type, ...), delete (409 when the
 //! preconditions name another uid). Every request is recorded.
 
 use std::collections::BTreeMap;
@@ -111,6 +113,10 @@ impl FakeApi {
             async move {
                 let method = request.method().to_string();
                 let uri = request.uri().clone();
+                let strategic = request
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|t| t.as_bytes() == STRATEGIC.as_bytes());
                 let body = match request.into_body().collect().await {
                     Ok(collected) => {
                         serde_json::from_slice(&collected.to_bytes()).unwrap_or(Value::Null)
@@ -119,7 +125,13 @@ impl FakeApi {
                 };
                 let delay = api.lock().delay;
                 tokio::time::sleep(delay).await;
-                let (code, answer) = api.answer(&method, uri.path(), uri.query(), body);
+                let request = Asked {
+                    method: &method,
+                    path: uri.path(),
+                    query: uri.query(),
+                    strategic,
+                };
+                let (code, answer) = api.answer(&request, body);
                 Response::builder()
                     .status(code)
                     .header("content-type", "application/json")
@@ -172,7 +184,13 @@ impl FakeApi {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn answer(&self, method: &str, path: &str, query: Option<&str>, body: Value) -> (u16, Value) {
+    fn answer(&self, asked: &Asked<'_>, body: Value) -> (u16, Value) {
+        let Asked {
+            method,
+            path,
+            query,
+            strategic,
+        } = *asked;
         let mut state = self.lock();
         state.seen.push(Seen {
             method: method.to_owned(),
@@ -193,7 +211,7 @@ impl FakeApi {
                 |object| (200, object.clone()),
             ),
             ("PUT", Some(name)) => state.replace(&target.key(name), &target, body),
-            ("PATCH", Some(name)) => state.patch(&target.key(name), &target, &body),
+            ("PATCH", Some(name)) => state.patch(&target.key(name), &target, &body, strategic),
             ("DELETE", Some(name)) => state.delete(&target.key(name), &body),
             _ => failure(405, "MethodNotAllowed", method),
         }
@@ -273,7 +291,13 @@ impl State {
         (200, next)
     }
 
-    fn patch(&mut self, key: &str, target: &Target, patch: &Value) -> (u16, Value) {
+    fn patch(
+        &mut self,
+        key: &str,
+        target: &Target,
+        patch: &Value,
+        strategic: bool,
+    ) -> (u16, Value) {
         let Some(mut object) = self.objects.get(key).cloned() else {
             return failure(404, "NotFound", key);
         };
@@ -283,10 +307,15 @@ impl State {
                 return failure(409, "Conflict", &format!("{field} precondition failed"));
             }
         }
-        if target.subresource.as_deref() == Some("status") {
-            json_patch::merge(&mut object["status"], &patch["status"]);
+        let merge = if strategic {
+            strategic_merge
         } else {
-            json_patch::merge(&mut object, patch);
+            json_patch::merge
+        };
+        if target.subresource.as_deref() == Some("status") {
+            merge(&mut object["status"], &patch["status"]);
+        } else {
+            merge(&mut object, patch);
         }
         object["metadata"]["resourceVersion"] = json!(self.next_version());
         self.objects.insert(key.to_owned(), object.clone());
@@ -303,6 +332,76 @@ impl State {
         }
         let object = self.objects.remove(key).unwrap_or_default();
         (200, object)
+    }
+}
+
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+
+/// What a request asked for, besides its body.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    method: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    /// A strategic merge patch (else a JSON merge patch, for a PATCH).
+    strategic: bool,
+}
+
+/// The lists our controllers patch that the API server merges by a key
+/// in a strategic merge patch (the Kubernetes types' `patchMergeKey`).
+const MERGE_KEYS: [(&str, &str); 10] = [
+    ("containers", "name"),
+    ("initContainers", "name"),
+    ("ephemeralContainers", "name"),
+    ("containerStatuses", "name"),
+    ("initContainerStatuses", "name"),
+    ("conditions", "type"),
+    ("volumes", "name"),
+    ("env", "name"),
+    ("volumeMounts", "mountPath"),
+    ("readinessGates", "conditionType"),
+];
+
+/// A JSON merge patch whose lists in [`MERGE_KEYS`] are merged item by
+/// item (patched items merged into the one with the same key, new ones
+/// appended) instead of replaced.
+fn strategic_merge(target: &mut Value, patch: &Value) {
+    let (Value::Object(fields), Value::Object(patched)) = (&mut *target, patch) else {
+        *target = patch.clone();
+        return;
+    };
+    for (field, value) in patched {
+        if value.is_null() {
+            fields.remove(field);
+            continue;
+        }
+        let merge_key = MERGE_KEYS
+            .iter()
+            .find(|(list, _)| list == field)
+            .map(|(_, key)| *key);
+        if let (Some(key), Some(Value::Array(items)), Value::Array(patched_items)) =
+            (merge_key, fields.get_mut(field), value)
+        {
+            merge_by_key(items, patched_items, key);
+            continue;
+        }
+        if let Some(existing) = fields.get_mut(field)
+            && existing.is_object()
+            && value.is_object()
+        {
+            strategic_merge(existing, value);
+            continue;
+        }
+        fields.insert(field.clone(), value.clone());
+    }
+}
+
+fn merge_by_key(items: &mut Vec<Value>, patched: &[Value], key: &str) {
+    for item in patched {
+        match items.iter_mut().find(|existing| existing[key] == item[key]) {
+            Some(existing) => strategic_merge(existing, item),
+            None => items.push(item.clone()),
+        }
     }
 }
 
@@ -415,6 +514,56 @@ mod tests {
         assert!(!all.holds("/api/v1/namespaces/a/configmaps/p"));
         assert_eq!(Target::parse("/healthz"), None);
         assert_eq!(percent_decode("app%3Dx%2Cy"), "app=x,y");
+    }
+
+    #[tokio::test]
+    async fn a_strategic_patch_merges_containers_and_conditions_by_their_key() {
+        use k8s_openapi::api::core::v1::Pod;
+        let api = FakeApi::default();
+        api.insert(
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "namespace": "default", "labels": {"a": "1"}},
+                   "spec": {"containers": [{"name": "app", "image": "app:1", "ports": [{"containerPort": 80}]},
+                                           {"name": "side", "image": "side:1"}],
+                            "nodeName": "n1"},
+                   "status": {"conditions": [{"type": "Ready", "status": "True"},
+                                             {"type": "PodScheduled", "status": "True"}]}}),
+        );
+        let pods: Api<Pod> = Api::default_namespaced(api.client());
+        let patch = json!({"metadata": {"labels": {"a": null, "b": "2"}},
+                           "spec": {"containers": [{"name": "side", "image": "side:2"},
+                                                   {"name": "new", "image": "new:1"}]}});
+        pods.patch("p", &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .unwrap();
+        let status = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        pods.patch_status("p", &PatchParams::default(), &Patch::Strategic(status))
+            .await
+            .unwrap();
+        let stored = api.get("/api/v1/namespaces/default/pods/p").unwrap();
+        assert_eq!(stored["metadata"]["labels"], json!({"b": "2"}));
+        assert_eq!(
+            stored["spec"]["containers"],
+            json!([{"name": "app", "image": "app:1", "ports": [{"containerPort": 80}]},
+                   {"name": "side", "image": "side:2"},
+                   {"name": "new", "image": "new:1"}])
+        );
+        assert_eq!(stored["spec"]["nodeName"], "n1");
+        assert_eq!(
+            stored["status"]["conditions"],
+            json!([{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}])
+        );
+        // A merge patch still replaces the list, as the API server does.
+        let merge = json!({"spec": {"containers": [{"name": "only", "image": "x"}]}});
+        pods.patch("p", &PatchParams::default(), &Patch::Merge(merge))
+            .await
+            .unwrap();
+        let stored = api.get("/api/v1/namespaces/default/pods/p").unwrap();
+        assert_eq!(
+            stored["spec"]["containers"],
+            json!([{"name": "only", "image": "x"}])
+        );
     }
 
     #[tokio::test]

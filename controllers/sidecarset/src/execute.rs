@@ -10,14 +10,16 @@ use kruise_core::sidecarset::update::{
     UpdatePlan, plan_revisions,
 };
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 
+use kruise_controller_runtime::api_error::{is_conflict, is_not_found};
 use kruise_controller_runtime::status::replace_status;
 
 use crate::{CONTROLLER_NAME, Context, Error, REVISION_NAMESPACE, ensure_revision_namespace};
 
+/// The action of every event this controller publishes.
+pub(crate) const UPDATE: &str = "Update";
 /// How many times a revision create may collide before the round fails.
 const REVISION_ATTEMPTS: usize = 5;
 
@@ -25,13 +27,6 @@ fn params() -> PatchParams {
     PatchParams {
         field_manager: Some(CONTROLLER_NAME.to_owned()),
         ..PatchParams::default()
-    }
-}
-
-fn code(error: &kube::Error) -> Option<u16> {
-    match error {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
     }
 }
 
@@ -66,14 +61,14 @@ pub(crate) async fn sync_revisions(
                     Ok(_) => {
                         tracing::info!(sidecar_set = %sidecar_set_name(sidecar_set), revision = %latest, "created revision");
                     }
-                    Err(error) if code(&error) == Some(409) => {
+                    Err(error) if is_conflict(&error) => {
                         // Someone holds the name: plan again knowing it.
                         let found = api.get(&latest).await?;
                         existing.retain(|r| r.metadata.name != found.metadata.name);
                         existing.push(found);
                         continue;
                     }
-                    Err(error) if code(&error) == Some(404) => {
+                    Err(error) if is_not_found(&error) => {
                         ensure_revision_namespace(client).await?;
                         continue;
                     }
@@ -88,7 +83,7 @@ pub(crate) async fn sync_revisions(
         for old in &plan.delete {
             match api.delete(old, &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(error) if code(&error) == Some(404) => {}
+                Err(error) if is_not_found(&error) => {}
                 Err(error) => return Err(error.into()),
             }
         }
@@ -146,19 +141,16 @@ pub(crate) async fn execute(
     }
     let reference = sidecar_set.object_ref(&());
     for event in &plan.events {
-        let event_type = if event.type_ == "Warning" {
-            EventType::Warning
+        let events = &context.events;
+        if event.type_ == "Warning" {
+            events
+                .warning(&reference, event.reason, UPDATE, &event.message)
+                .await;
         } else {
-            EventType::Normal
-        };
-        publish(
-            context,
-            &reference,
-            event_type,
-            event.reason,
-            event.message.clone(),
-        )
-        .await;
+            events
+                .normal(&reference, event.reason, UPDATE, &event.message)
+                .await;
+        }
     }
     for change in &plan.condition_changes {
         if let Err(error) = patch_condition(client, &change.pod, change.status_patch()).await {
@@ -189,34 +181,27 @@ pub(crate) async fn execute(
                         "reset sidecar container image {} to the empty image",
                         change.images.keys().cloned().collect::<Vec<_>>().join(",")
                     );
-                    publish(
-                        context,
-                        &pod_reference,
-                        EventType::Normal,
-                        EVENT_RESET_CONTAINER_SUCCEED,
-                        note,
-                    )
-                    .await;
+                    context
+                        .events
+                        .normal(&pod_reference, EVENT_RESET_CONTAINER_SUCCEED, UPDATE, &note)
+                        .await;
                 }
             }
-            Err(error) if code(&error) == Some(409) => {
+            Err(error) if is_conflict(&error) => {
                 tracing::info!(sidecar_set = %name, pod = ?change.pod, "pod changed since it was read; planning again");
                 outcome.conflicts += 1;
             }
-            Err(error) if code(&error) == Some(404) => {
+            Err(error) if is_not_found(&error) => {
                 tracing::debug!(sidecar_set = %name, pod = ?change.pod, "pod is gone");
             }
             Err(error) => {
                 tracing::warn!(sidecar_set = %name, pod = ?change.pod, %error, "cannot update pod");
                 if change.kind == ChangeKind::ResetHotUpgrade {
-                    publish(
-                        context,
-                        &pod_reference,
-                        EventType::Warning,
-                        EVENT_RESET_CONTAINER_FAILED,
-                        format!("failed to reset the old sidecar container: {error}"),
-                    )
-                    .await;
+                    let note = format!("failed to reset the old sidecar container: {error}");
+                    context
+                        .events
+                        .warning(&pod_reference, EVENT_RESET_CONTAINER_FAILED, UPDATE, &note)
+                        .await;
                 }
                 outcome.failed += 1;
                 if outcome.failures.is_empty() {
@@ -258,42 +243,6 @@ fn pod_reference(pods: &[Pod], key: &PodKey) -> ObjectReference {
         namespace: Some(key.namespace.clone()),
         uid,
         ..ObjectReference::default()
-    }
-}
-
-pub(crate) async fn publish_warning(
-    context: &Context,
-    reference: &ObjectReference,
-    reason: &str,
-    note: &str,
-) {
-    publish(
-        context,
-        reference,
-        EventType::Warning,
-        reason,
-        note.to_owned(),
-    )
-    .await;
-}
-
-/// Events are best effort: a failure is logged, never fails the round.
-async fn publish(
-    context: &Context,
-    reference: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "Update".to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = context.recorder.publish(&event, reference).await {
-        tracing::warn!(reason, %error, "cannot record event");
     }
 }
 

@@ -51,14 +51,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::{SidecarSet, Stored};
+use kruise_controller_runtime::api_error::is_already_exists;
 use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -91,62 +93,51 @@ pub enum Error {
 /// Shared state of the controller's reconciles.
 pub(crate) struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: Events,
     pub expectations: expectations::Expectations,
     pub defaulted: defaults::Defaulted,
     pub backoff: Backoff,
+}
+
+impl Context {
+    pub(crate) fn new(client: Client) -> Self {
+        Self {
+            events: Events::new(client.clone(), CONTROLLER_NAME),
+            client,
+            expectations: expectations::Expectations::default(),
+            defaulted: defaults::Defaulted::default(),
+            // A SidecarSet retries at least once a minute.
+            backoff: Backoff::with_max(Duration::from_mins(1)),
+        }
+    }
 }
 
 /// Runs the SidecarSet controller until the watches end (they do not, short
 /// of the process stopping): reconciles every SidecarSet on its own
 /// changes, on pod events that concern it (through the core's
 /// `sidecar_sets_of_pod` / `pod_update_enqueue`) and on changes of its
-/// ControllerRevisions in [`REVISION_NAMESPACE`] (created if missing).
-pub async fn run(client: Client) {
+/// ControllerRevisions in [`REVISION_NAMESPACE`] (created if missing);
+/// pods and revisions come from the manager's shared watches.
+pub async fn run(client: Client, watches: SharedWatches) {
     if let Err(error) = ensure_revision_namespace(&client).await {
         tracing::warn!(%error, "cannot ensure namespace {REVISION_NAMESPACE}; retrying when a revision is written");
     }
-    let context = Arc::new(Context {
-        client: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER_NAME.to_owned(),
-                instance: None,
-            },
-        ),
-        expectations: expectations::Expectations::default(),
-        defaulted: defaults::Defaulted::default(),
-        // A SidecarSet retries at least once a minute.
-        backoff: Backoff::with_max(Duration::from_mins(1)),
-    });
+    let context = Arc::new(Context::new(client.clone()));
     // Stored<_>: one SidecarSet our types cannot read must not fail the
     // watch of all the others (reconcile reports and skips it).
     let controller = Controller::new(
-        Api::<Stored<SidecarSet>>::all(client.clone()),
+        Api::<Stored<SidecarSet>>::all(client),
         watcher::Config::default(),
     );
     readiness::global().track(CONTROLLER_NAME, controller.store());
     let pod_triggers = triggers::PodTriggers::new(controller.store());
-    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), REVISION_NAMESPACE);
     controller
-        .watches(
-            Api::<Pod>::all(client),
-            watcher::Config::default(),
-            move |pod| pod_triggers.triggers(&pod),
-        )
-        .watches(
-            revisions,
-            watcher::Config::default().labels(REVISION_OWNER_LABEL),
-            |revision: ControllerRevision| {
-                revision
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|labels| labels.get(REVISION_OWNER_LABEL))
-                    .map(|name| ObjectRef::<Stored<SidecarSet>>::new(name))
-            },
-        )
+        .watches_shared_stream(watches.pods().subscribe(), move |pod| {
+            pod_triggers.triggers(&pod)
+        })
+        .watches_shared_stream(watches.revisions().subscribe(), |revision| {
+            revision_owner(&revision)
+        })
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
             error_policy,
@@ -165,6 +156,20 @@ pub async fn run(client: Client) {
             futures::future::ready(())
         })
         .await;
+}
+
+/// The SidecarSet a revision in [`REVISION_NAMESPACE`] belongs to (the
+/// shared watch holds every namespace's revisions).
+fn revision_owner(revision: &ControllerRevision) -> Option<ObjectRef<Stored<SidecarSet>>> {
+    if revision.metadata.namespace.as_deref() != Some(REVISION_NAMESPACE) {
+        return None;
+    }
+    let owner = revision
+        .metadata
+        .labels
+        .as_ref()?
+        .get(REVISION_OWNER_LABEL)?;
+    Some(ObjectRef::new(owner))
 }
 
 // The signature is the one `Controller::run` calls.
@@ -195,7 +200,7 @@ pub(crate) async fn ensure_revision_namespace(client: &Client) -> Result<(), kub
     };
     match namespaces.create(&PostParams::default(), &namespace).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) if is_already_exists(&error) => Ok(()),
         Err(error) => Err(error),
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{SidecarSet, Stored};
+use kruise_controller_runtime::api_error::is_conflict;
 use kruise_core::sidecarset::prepare_stored;
 use kruise_core::sidecarset::update::{
     Stage, UpdateInput, UpdatePlan, compute_status, matching_pods, plan_update,
@@ -38,7 +39,10 @@ pub(crate) async fn reconcile(
                 "cannot read this SidecarSet, so it injects and upgrades nothing: {reason}"
             );
             let reference = stored.object_ref(&());
-            execute::publish_warning(&context, &reference, "InvalidSpec", &note).await;
+            context
+                .events
+                .warning(&reference, "InvalidSpec", execute::UPDATE, &note)
+                .await;
             return Ok(Action::await_change());
         }
     };
@@ -57,7 +61,7 @@ pub(crate) async fn reconcile_once(
     match context.defaulted.persist(client, stored).await {
         Ok(Persisted::Written) => return Ok(Action::await_change()),
         Ok(Persisted::Unchanged) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {
+        Err(error) if is_conflict(&error) => {
             return Ok(Action::requeue(seconds(1)));
         }
         Err(error) => return Err(error.into()),
@@ -227,6 +231,124 @@ mod tests {
         assert_eq!(
             next_action(&plan(Stage::Finished, None), 2),
             Action::requeue(Duration::from_secs(1))
+        );
+    }
+}
+
+/// Rounds against the in-memory API server: what a round writes, exactly.
+#[cfg(test)]
+mod fake_api_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use k8s_openapi::api::core::v1::Pod;
+    use kruise_api::KruiseObject as _;
+    use kruise_controller_runtime::testing::FakeApi;
+    use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const SET: &str = "/apis/apps.kruise.io/v1alpha1/sidecarsets/scs-demo";
+    const POD: &str = "/api/v1/namespaces/default/pods/web";
+
+    /// The seed SidecarSet (sidecarset-scs-demo.yaml) with `image`, as
+    /// stored: defaulted, with a uid and a generation.
+    fn sidecar_set(image: &str, generation: i64) -> SidecarSet {
+        let mut set: SidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": "scs-demo", "uid": "set-uid", "generation": generation},
+            "spec": {
+                "selector": {"matchLabels": {"app": "nginx"}},
+                "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": 1},
+                "containers": [{"name": "sidecar1", "image": image, "command": ["sleep", "999d"],
+                                "volumeMounts": [{"name": "log-volume", "mountPath": "/var/log"}]}],
+                "volumes": [{"name": "log-volume", "emptyDir": {}}],
+            },
+        }))
+        .unwrap();
+        set.set_defaults();
+        set
+    }
+
+    /// Pod `web` as the webhook injected it with `set`, running and ready.
+    fn injected_pod(set: &SidecarSet) -> Value {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "pod-uid",
+                         "labels": {"app": "nginx"}},
+            "spec": {"containers": [{"name": "nginx", "image": "nginx:1"}]},
+        }))
+        .unwrap();
+        let sets = [prepare_stored(set.clone())];
+        let context = InjectionContext {
+            sidecar_sets: &sets,
+            namespace_labels: None,
+            request_namespace: Some("default"),
+            now: "2026-01-01T00:00:00Z",
+            revisions: &[],
+            random_draw: None,
+        };
+        let mut pod = serde_json::to_value(inject(&pod, &context).unwrap().pod).unwrap();
+        let ready = |name: &str, image: &str| {
+            json!({"name": name, "image": image, "imageID": format!("{image}@sha256:1"),
+                   "ready": true, "restartCount": 0,
+                   "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
+        };
+        pod["status"] = json!({
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [ready("sidecar1", "busybox"), ready("nginx", "nginx:1")],
+        });
+        pod
+    }
+
+    async fn round(api: &FakeApi, context: &Arc<Context>) -> Action {
+        let stored: Stored<SidecarSet> = serde_json::from_value(api.get(SET).unwrap()).unwrap();
+        reconcile(Arc::new(stored), context.clone()).await.unwrap()
+    }
+
+    fn images(pod: &Value) -> Vec<String> {
+        pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={}",
+                    c["name"].as_str().unwrap(),
+                    c["image"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_pod_whose_sidecar_is_current_is_not_written() {
+        let api = FakeApi::default();
+        api.insert(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                                         "metadata": {"name": "default"}}),
+        );
+        let set = sidecar_set("busybox", 1);
+        api.insert("pods", injected_pod(&set));
+        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
+        let context = Arc::new(Context::new(api.client()));
+
+        round(&api, &context).await;
+        let after_first = api.writes().len();
+        round(&api, &context).await;
+
+        let pod_writes: Vec<_> = api
+            .writes()
+            .into_iter()
+            .filter(|w| w.path.starts_with(POD))
+            .collect();
+        assert_eq!(pod_writes, Vec::new(), "the pod is current");
+        assert_eq!(
+            api.writes().len(),
+            after_first,
+            "a settled round writes nothing"
         );
     }
 }

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::SidecarSet;
 use kruise_api::sidecarset::SidecarSetStatus;
+use kruise_controller_runtime::shared::SharedWatches;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -49,7 +50,10 @@ impl Env {
         let dev = DevEnvironment::start(options).await.unwrap();
         let client = dev.client();
         let kubeconfig = dev.kubeconfig().to_path_buf();
-        let controller = tokio::spawn(kruise_sidecarset_controller::run(client.clone()));
+        let controller = tokio::spawn(kruise_sidecarset_controller::run(
+            client.clone(),
+            SharedWatches::new(client.clone()),
+        ));
         Self {
             dev,
             client,
@@ -61,7 +65,10 @@ impl Env {
     /// Stops the controller and starts a fresh one (no memory of the old).
     pub fn restart_controller(&mut self) {
         self.controller.abort();
-        self.controller = tokio::spawn(kruise_sidecarset_controller::run(self.client.clone()));
+        self.controller = tokio::spawn(kruise_sidecarset_controller::run(
+            self.client.clone(),
+            SharedWatches::new(self.client.clone()),
+        ));
     }
 
     pub fn kubectl(&self, args: &[&str]) -> String {

@@ -1,0 +1,419 @@
+//! One watch per kind for the whole manager. Several controllers react to
+//! pods (CloneSet owns them, SidecarSet maps them to its sets, the launch
+//! barrier reconciles them) and two to ControllerRevisions; each used to
+//! open a full-cluster watch of its own, so the API server sent, and the
+//! manager decoded and kept, every pod change three times.
+//!
+//! A [`SharedWatch`] runs the watch once, keeps one store and hands each
+//! subscriber every object that changed, deleted ones included.
+//! kube-runtime's own shared reflector is not used for the fan-out: it
+//! drops deletions (kube-rs issue 1590), and a CloneSet must hear that a
+//! pod is gone to replace it.
+//!
+//! What a subscriber receives:
+//! * first, what the store holds when it subscribes, so subscribing late
+//!   misses nothing;
+//! * every object applied or deleted after that;
+//! * after each full list (the first one, and the re-list when a watch is
+//!   restarted), every listed object and every object that vanished while
+//!   the watch was down, as a plain watch's own re-list would, and better:
+//!   a plain watch never reports the vanished ones.
+//!
+//! A subscriber that stops reading holds the watch back (each has a
+//! bounded queue); one that is dropped is forgotten. The watch stops when
+//! the [`SharedWatch`] and every subscription are gone.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::{Stream, StreamExt, stream};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// How many changed objects wait for a subscriber before the watch waits
+/// for it.
+const QUEUE: usize = 1024;
+
+/// One watch of `K` with its store, shared by every subscriber.
+pub struct SharedWatch<K: Lookup + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    subscribers: Subscribers<K>,
+    running: Arc<StopOnDrop>,
+}
+
+type Subscribers<K> = Arc<Mutex<Vec<mpsc::Sender<Arc<K>>>>>;
+
+impl<K> SharedWatch<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Starts watching every `K` the client can see (a tokio task).
+    pub fn all(client: Client) -> Self {
+        let events = watcher(Api::<K>::all(client), watcher::Config::default()).default_backoff();
+        Self::from_events(events)
+    }
+
+    /// Starts fanning out `events` (a watcher's; the tests' own).
+    pub fn from_events(
+        events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    ) -> Self {
+        let writer = Writer::default();
+        let store = writer.as_reader();
+        let subscribers = Subscribers::default();
+        let task = tokio::spawn(drive(events, writer, subscribers.clone()));
+        Self {
+            store,
+            subscribers,
+            running: Arc::new(StopOnDrop(task)),
+        }
+    }
+
+    /// The one store every subscriber reads.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Every object now in the store, then every change (see the module).
+    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        // Under the lock the driver applies events with: each change is
+        // either in this snapshot or sent to this subscriber, never neither.
+        let current = {
+            let mut subscribers = lock(&self.subscribers);
+            subscribers.push(sender);
+            self.store.state()
+        };
+        let later = stream::unfold(
+            (receiver, self.running.clone()),
+            |(mut receiver, running)| async move {
+                let object = receiver.recv().await?;
+                Some((object, (receiver, running)))
+            },
+        );
+        stream::iter(current).chain(later)
+    }
+}
+
+impl<K> Debug for SharedWatch<K>
+where
+    K: Lookup + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedWatch")
+            .field("objects", &self.store.len())
+            .field("subscribers", &lock(&self.subscribers).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Applies each event to the store and sends what it touched to every
+/// subscriber, in order.
+async fn drive<K>(
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
+    mut writer: Writer<K>,
+    subscribers: Subscribers<K>,
+) where
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(%error, "shared watch failed; it restarts with backoff");
+                continue;
+            }
+        };
+        let (touched, receivers) = {
+            let subscribers = lock(&subscribers);
+            (apply(&mut writer, &event), subscribers.clone())
+        };
+        let mut someone_left = false;
+        for object in touched {
+            for receiver in &receivers {
+                someone_left |= receiver.send(object.clone()).await.is_err();
+            }
+        }
+        if someone_left {
+            lock(&subscribers).retain(|sender| !sender.is_closed());
+        }
+    }
+}
+
+/// Applies `event` to the store; what subscribers are told of it.
+fn apply<K>(writer: &mut Writer<K>, event: &watcher::Event<K>) -> Vec<Arc<K>>
+where
+    K: Lookup + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    match event {
+        watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+            writer.apply_watcher_event(event);
+            vec![Arc::new(object.clone())]
+        }
+        // Listed objects are told once the list is complete (below), so a
+        // subscriber that joins mid-list, whose snapshot is the old store,
+        // still hears of them.
+        watcher::Event::Init | watcher::Event::InitApply(_) => {
+            writer.apply_watcher_event(event);
+            Vec::new()
+        }
+        watcher::Event::InitDone => {
+            let before = writer.as_reader().state();
+            writer.apply_watcher_event(event);
+            let listed = writer.as_reader().state();
+            let still_there: HashSet<ObjectRef<K>> =
+                listed.iter().map(|object| key::<K>(object)).collect();
+            let vanished = before
+                .into_iter()
+                .filter(|object| !still_there.contains(&key::<K>(object)));
+            listed.iter().cloned().chain(vanished).collect()
+        }
+    }
+}
+
+fn key<K>(object: &K) -> ObjectRef<K>
+where
+    K: Lookup,
+    K::DynamicType: Default,
+{
+    object.to_object_ref(K::DynamicType::default())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The list stays consistent whatever a panicking holder did.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Stops the watch task when the last handle on it goes.
+struct StopOnDrop(JoinHandle<()>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The watches the manager's controllers share, each started when a
+/// controller first asks for it. Cloning shares them.
+#[derive(Clone)]
+pub struct SharedWatches {
+    client: Client,
+    pods: Arc<std::sync::OnceLock<SharedWatch<Pod>>>,
+    revisions: Arc<std::sync::OnceLock<SharedWatch<ControllerRevision>>>,
+}
+
+impl Debug for SharedWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedWatches")
+            .field("pods", &self.pods.get())
+            .field("revisions", &self.revisions.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedWatches {
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            pods: Arc::default(),
+            revisions: Arc::default(),
+        }
+    }
+
+    /// Every pod in the cluster.
+    pub fn pods(&self) -> &SharedWatch<Pod> {
+        self.pods
+            .get_or_init(|| SharedWatch::all(self.client.clone()))
+    }
+
+    /// Every ControllerRevision in the cluster.
+    pub fn revisions(&self) -> &SharedWatch<ControllerRevision> {
+        self.revisions
+            .get_or_init(|| SharedWatch::all(self.client.clone()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use kube::api::ObjectMeta;
+    use tokio::sync::mpsc::UnboundedSender;
+
+    use super::*;
+
+    type Events = UnboundedSender<watcher::Result<watcher::Event<Pod>>>;
+
+    fn watch() -> (Events, SharedWatch<Pod>) {
+        let (events, received) = mpsc::unbounded_channel();
+        let stream = stream::unfold(received, |mut received| async move {
+            let event = received.recv().await?;
+            Some((event, received))
+        });
+        (events, SharedWatch::from_events(stream))
+    }
+
+    fn pod(name: &str, version: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("default".to_owned()),
+                resource_version: Some(version.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn list(events: &Events, pods: &[Pod]) {
+        events.send(Ok(watcher::Event::Init)).unwrap();
+        for pod in pods {
+            events
+                .send(Ok(watcher::Event::InitApply(pod.clone())))
+                .unwrap();
+        }
+        events.send(Ok(watcher::Event::InitDone)).unwrap();
+    }
+
+    /// The next `count` objects a subscription yields, as name@version; a
+    /// subscription that has fewer in 10 s fails the test.
+    async fn next(
+        subscription: &mut (impl Stream<Item = Arc<Pod>> + Unpin),
+        count: usize,
+    ) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        for _ in 0..count {
+            let pod = tokio::time::timeout(std::time::Duration::from_secs(10), subscription.next())
+                .await
+                .unwrap_or_else(|_| panic!("only {} of {count} objects came: {seen:?}", seen.len()))
+                .unwrap();
+            let version = pod.metadata.resource_version.clone().unwrap();
+            seen.insert(format!("{}@{version}", pod.metadata.name.clone().unwrap()));
+        }
+        seen
+    }
+
+    fn names(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|&item| item.to_owned()).collect()
+    }
+
+    /// Lets the watch task take every event sent so far (the test runtime
+    /// has one thread: the task runs only while the test waits).
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_hears_of_listed_applied_and_deleted_objects() {
+        let (events, watch) = watch();
+        let mut subscription = Box::pin(watch.subscribe());
+        list(&events, &[pod("a", "1"), pod("b", "1")]);
+        assert_eq!(next(&mut subscription, 2).await, names(&["a@1", "b@1"]));
+        events
+            .send(Ok(watcher::Event::Apply(pod("a", "2"))))
+            .unwrap();
+        assert_eq!(next(&mut subscription, 1).await, names(&["a@2"]));
+        events
+            .send(Ok(watcher::Event::Delete(pod("b", "3"))))
+            .unwrap();
+        assert_eq!(next(&mut subscription, 1).await, names(&["b@3"]));
+        let stored: Vec<_> = watch
+            .store()
+            .state()
+            .iter()
+            .map(|p| p.metadata.resource_version.clone())
+            .collect();
+        assert_eq!(stored, [Some("2".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn a_late_subscriber_gets_the_store_first_then_the_changes() {
+        let (events, watch) = watch();
+        let mut first = Box::pin(watch.subscribe());
+        list(&events, &[pod("a", "1"), pod("b", "1")]);
+        next(&mut first, 2).await;
+        let mut late = Box::pin(watch.subscribe());
+        assert_eq!(next(&mut late, 2).await, names(&["a@1", "b@1"]));
+        events
+            .send(Ok(watcher::Event::Apply(pod("c", "2"))))
+            .unwrap();
+        assert_eq!(next(&mut late, 1).await, names(&["c@2"]));
+        assert_eq!(next(&mut first, 1).await, names(&["c@2"]));
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_joining_mid_list_hears_of_the_listed_objects() {
+        let (events, watch) = watch();
+        events.send(Ok(watcher::Event::Init)).unwrap();
+        events
+            .send(Ok(watcher::Event::InitApply(pod("a", "1"))))
+            .unwrap();
+        settle().await;
+        // The store is still empty: the list is not complete.
+        assert!(watch.store().state().is_empty());
+        let mut subscription = Box::pin(watch.subscribe());
+        events
+            .send(Ok(watcher::Event::InitApply(pod("b", "1"))))
+            .unwrap();
+        events.send(Ok(watcher::Event::InitDone)).unwrap();
+        assert_eq!(next(&mut subscription, 2).await, names(&["a@1", "b@1"]));
+    }
+
+    #[tokio::test]
+    async fn a_relist_reports_the_objects_that_vanished_while_the_watch_was_down() {
+        let (events, watch) = watch();
+        let mut subscription = Box::pin(watch.subscribe());
+        list(&events, &[pod("a", "1"), pod("b", "1")]);
+        next(&mut subscription, 2).await;
+        list(&events, &[pod("a", "5")]);
+        // a as listed, b as last seen: gone.
+        assert_eq!(next(&mut subscription, 2).await, names(&["a@5", "b@1"]));
+        assert_eq!(watch.store().state().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_subscriber_does_not_hold_the_watch_back() {
+        let (events, watch) = watch();
+        drop(watch.subscribe());
+        let mut reader = Box::pin(watch.subscribe());
+        let changes = 3 * QUEUE;
+        for version in 0..changes {
+            events
+                .send(Ok(watcher::Event::Apply(pod("a", &version.to_string()))))
+                .unwrap();
+        }
+        // A watch waiting on the dropped subscriber would stall at QUEUE.
+        assert_eq!(next(&mut reader, changes).await.len(), changes);
+        assert_eq!(lock(&watch.subscribers).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_watch_runs_while_a_subscription_does_and_stops_after() {
+        let (events, watch) = watch();
+        let subscription = watch.subscribe();
+        drop(watch);
+        settle().await;
+        assert!(!events.is_closed(), "a subscription still reads the watch");
+        drop(subscription);
+        settle().await;
+        assert!(events.is_closed(), "nothing reads the watch: it must stop");
+    }
+}
