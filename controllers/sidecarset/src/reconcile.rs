@@ -307,21 +307,6 @@ mod fake_api_tests {
         reconcile(Arc::new(stored), context.clone()).await.unwrap()
     }
 
-    fn images(pod: &Value) -> Vec<String> {
-        pod["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                format!(
-                    "{}={}",
-                    c["name"].as_str().unwrap(),
-                    c["image"].as_str().unwrap()
-                )
-            })
-            .collect()
-    }
-
     #[tokio::test]
     async fn a_pod_whose_sidecar_is_current_is_not_written() {
         let api = FakeApi::default();
