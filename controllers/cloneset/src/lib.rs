@@ -37,8 +37,8 @@ pub async fn run(client: Client, watches: SharedWatches) {
     );
     readiness::global().track(CONTROLLER_NAME, controller.store());
     controller
-        .owns_shared_stream(watches.pods().subscribe())
-        .owns_shared_stream(watches.revisions().subscribe())
+        .owns_shared_stream(watches.pods().subscribe(CONTROLLER_NAME))
+        .owns_shared_stream(watches.revisions().subscribe(CONTROLLER_NAME))
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
             on_error,

@@ -53,7 +53,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
     let context = Arc::new(Context::new(client, CONTROLLER_NAME));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let pods = watches.pods();
-    let controller = Controller::for_shared_stream(pods.subscribe(), pods.store());
+    let controller = Controller::for_shared_stream(pods.subscribe(CONTROLLER_NAME), pods.store());
     readiness::global().track(CONTROLLER_NAME, controller.store());
     controller
         .run(

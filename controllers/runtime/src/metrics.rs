@@ -1,6 +1,8 @@
 //! Prometheus metrics of the controllers, one registry per process:
-//! reconcile duration (a histogram) and failed reconciles, labelled by
-//! controller. The manager serves them at `/metrics`.
+//! reconcile duration (a histogram, whose count is the reconciles) and
+//! failed reconciles, labelled by controller, and the depth of each
+//! controller's queue on the shared watches. The manager serves them at
+//! `/metrics`.
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
@@ -11,11 +13,18 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
+    controller: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabel {
+    kind: String,
     controller: String,
 }
 
@@ -30,6 +39,7 @@ pub struct Metrics {
     registry: Registry,
     durations: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     failures: Family<ControllerLabel, Counter>,
+    watch_queues: Family<QueueLabel, Gauge>,
 }
 
 impl Metrics {
@@ -40,6 +50,7 @@ impl Metrics {
                 duration_histogram,
             );
         let failures = Family::<ControllerLabel, Counter>::default();
+        let watch_queues = Family::<QueueLabel, Gauge>::default();
         registry.register(
             "reconcile_duration_seconds",
             "Time one reconcile took, by controller",
@@ -50,10 +61,18 @@ impl Metrics {
             "Reconciles that ended in an error (retried with backoff), by controller",
             failures.clone(),
         );
+        // kube-runtime's scheduler does not expose its own queue; this is
+        // the queue in front of it, where a slow controller's work piles up.
+        registry.register(
+            "watch_queue_depth",
+            "Changed objects a shared watch holds for a controller that has not taken them yet, by kind and controller",
+            watch_queues.clone(),
+        );
         Self {
             registry,
             durations,
             failures,
+            watch_queues,
         }
     }
 
@@ -67,6 +86,16 @@ impl Metrics {
         if !succeeded {
             self.failures.get_or_create(&label).inc();
         }
+    }
+
+    /// The gauge of `controller`'s queue on the shared watch of `kind`.
+    pub fn watch_queue(&self, kind: &str, controller: &str) -> Gauge {
+        self.watch_queues
+            .get_or_create(&QueueLabel {
+                kind: kind.to_owned(),
+                controller: controller.to_owned(),
+            })
+            .clone()
     }
 
     /// The text exposition format.

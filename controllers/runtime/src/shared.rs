@@ -20,7 +20,8 @@
 //!   a plain watch never reports the vanished ones.
 //!
 //! A subscriber that stops reading holds the watch back (each has a
-//! bounded queue); one that is dropped is forgotten. The watch stops when
+//! bounded queue, whose depth is the `kruise_watch_queue_depth` metric);
+//! one that is dropped is forgotten. The watch stops when
 //! the [`SharedWatch`] and every subscription are gone.
 
 use std::collections::HashSet;
@@ -35,9 +36,12 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use crate::metrics;
 
 /// How many changed objects wait for a subscriber before the watch waits
 /// for it.
@@ -53,7 +57,29 @@ where
     running: Arc<StopOnDrop>,
 }
 
-type Subscribers<K> = Arc<Mutex<Vec<mpsc::Sender<Arc<K>>>>>;
+type Subscribers<K> = Arc<Mutex<Vec<Subscriber<K>>>>;
+
+/// One subscription's end of its queue.
+struct Subscriber<K> {
+    sender: mpsc::Sender<Arc<K>>,
+    queued: Gauge,
+}
+
+impl<K> Clone for Subscriber<K> {
+    fn clone(&self) -> Self {
+        Self {
+            sender: self.sender.clone(),
+            queued: self.queued.clone(),
+        }
+    }
+}
+
+impl<K> Subscriber<K> {
+    fn depth(&self) -> i64 {
+        let queued = self.sender.max_capacity() - self.sender.capacity();
+        i64::try_from(queued).unwrap_or(i64::MAX)
+    }
+}
 
 impl<K> SharedWatch<K>
 where
@@ -85,21 +111,27 @@ where
         self.store.clone()
     }
 
-    /// Every object now in the store, then every change (see the module).
-    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    /// Every object now in the store, then every change (see the module);
+    /// `controller` names the subscriber in the queue-depth metric.
+    pub fn subscribe(&self, controller: &str) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let (sender, receiver) = mpsc::channel(QUEUE);
+        let queued = metrics::global().watch_queue(&K::kind(&()), controller);
         // Under the lock the driver applies events with: each change is
         // either in this snapshot or sent to this subscriber, never neither.
         let current = {
             let mut subscribers = lock(&self.subscribers);
-            subscribers.push(sender);
+            subscribers.push(Subscriber {
+                sender,
+                queued: queued.clone(),
+            });
             self.store.state()
         };
         let later = stream::unfold(
-            (receiver, self.running.clone()),
-            |(mut receiver, running)| async move {
+            (receiver, queued, self.running.clone()),
+            |(mut receiver, queued, running)| async move {
                 let object = receiver.recv().await?;
-                Some((object, (receiver, running)))
+                queued.set(i64::try_from(receiver.len()).unwrap_or(i64::MAX));
+                Some((object, (receiver, queued, running)))
             },
         );
         stream::iter(current).chain(later)
@@ -145,11 +177,18 @@ async fn drive<K>(
         let mut someone_left = false;
         for object in touched {
             for receiver in &receivers {
-                someone_left |= receiver.send(object.clone()).await.is_err();
+                someone_left |= receiver.sender.send(object.clone()).await.is_err();
+                receiver.queued.set(receiver.depth());
             }
         }
         if someone_left {
-            lock(&subscribers).retain(|sender| !sender.is_closed());
+            lock(&subscribers).retain(|subscriber| {
+                let gone = subscriber.sender.is_closed();
+                if gone {
+                    subscriber.queued.set(0);
+                }
+                !gone
+            });
         }
     }
 }
@@ -324,7 +363,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_hears_of_listed_applied_and_deleted_objects() {
         let (events, watch) = watch();
-        let mut subscription = Box::pin(watch.subscribe());
+        let mut subscription = Box::pin(watch.subscribe("test"));
         list(&events, &[pod("a", "1"), pod("b", "1")]);
         assert_eq!(next(&mut subscription, 2).await, names(&["a@1", "b@1"]));
         events
@@ -347,10 +386,10 @@ mod tests {
     #[tokio::test]
     async fn a_late_subscriber_gets_the_store_first_then_the_changes() {
         let (events, watch) = watch();
-        let mut first = Box::pin(watch.subscribe());
+        let mut first = Box::pin(watch.subscribe("test"));
         list(&events, &[pod("a", "1"), pod("b", "1")]);
         next(&mut first, 2).await;
-        let mut late = Box::pin(watch.subscribe());
+        let mut late = Box::pin(watch.subscribe("test"));
         assert_eq!(next(&mut late, 2).await, names(&["a@1", "b@1"]));
         events
             .send(Ok(watcher::Event::Apply(pod("c", "2"))))
@@ -369,7 +408,7 @@ mod tests {
         settle().await;
         // The store is still empty: the list is not complete.
         assert!(watch.store().state().is_empty());
-        let mut subscription = Box::pin(watch.subscribe());
+        let mut subscription = Box::pin(watch.subscribe("test"));
         events
             .send(Ok(watcher::Event::InitApply(pod("b", "1"))))
             .unwrap();
@@ -380,7 +419,7 @@ mod tests {
     #[tokio::test]
     async fn a_relist_reports_the_objects_that_vanished_while_the_watch_was_down() {
         let (events, watch) = watch();
-        let mut subscription = Box::pin(watch.subscribe());
+        let mut subscription = Box::pin(watch.subscribe("test"));
         list(&events, &[pod("a", "1"), pod("b", "1")]);
         next(&mut subscription, 2).await;
         list(&events, &[pod("a", "5")]);
@@ -392,8 +431,8 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_subscriber_does_not_hold_the_watch_back() {
         let (events, watch) = watch();
-        drop(watch.subscribe());
-        let mut reader = Box::pin(watch.subscribe());
+        drop(watch.subscribe("test"));
+        let mut reader = Box::pin(watch.subscribe("test"));
         let changes = 3 * QUEUE;
         for version in 0..changes {
             events
@@ -406,9 +445,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_queue_depth_metric_counts_what_a_controller_has_not_taken() {
+        let depth = || {
+            let text = metrics::global().encode();
+            let line = "kruise_watch_queue_depth{kind=\"Pod\",controller=\"slow-test\"} ";
+            text.lines()
+                .find_map(|found| found.strip_prefix(line))
+                .map(str::to_owned)
+        };
+        let (events, watch) = watch();
+        let mut slow = Box::pin(watch.subscribe("slow-test"));
+        for version in 0..3 {
+            events
+                .send(Ok(watcher::Event::Apply(pod("a", &version.to_string()))))
+                .unwrap();
+        }
+        settle().await;
+        assert_eq!(depth().as_deref(), Some("3"));
+        next(&mut slow, 2).await;
+        assert_eq!(depth().as_deref(), Some("1"));
+        drop(slow);
+        events
+            .send(Ok(watcher::Event::Apply(pod("a", "9"))))
+            .unwrap();
+        settle().await;
+        assert_eq!(
+            depth().as_deref(),
+            Some("0"),
+            "a dropped subscriber queues nothing"
+        );
+    }
+
+    #[tokio::test]
     async fn the_watch_runs_while_a_subscription_does_and_stops_after() {
         let (events, watch) = watch();
-        let subscription = watch.subscribe();
+        let subscription = watch.subscribe("test");
         drop(watch);
         settle().await;
         assert!(!events.is_closed(), "a subscription still reads the watch");

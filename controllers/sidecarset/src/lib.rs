@@ -132,10 +132,10 @@ pub async fn run(client: Client, watches: SharedWatches) {
     readiness::global().track(CONTROLLER_NAME, controller.store());
     let pod_triggers = triggers::PodTriggers::new(controller.store());
     controller
-        .watches_shared_stream(watches.pods().subscribe(), move |pod| {
+        .watches_shared_stream(watches.pods().subscribe(CONTROLLER_NAME), move |pod| {
             pod_triggers.triggers(&pod)
         })
-        .watches_shared_stream(watches.revisions().subscribe(), |revision| {
+        .watches_shared_stream(watches.revisions().subscribe(CONTROLLER_NAME), |revision| {
             revision_owner(&revision)
         })
         .run(
