@@ -272,6 +272,7 @@ mod fake_api_tests {
 
     /// Pod `web` as the webhook injected it with `set`, running and ready.
     fn injected_pod(set: &SidecarSet) -> Value {
+        let sidecar_image = set.spec.containers[0].container.image.as_deref().unwrap();
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web", "namespace": "default", "uid": "pod-uid",
@@ -297,7 +298,7 @@ mod fake_api_tests {
         pod["status"] = json!({
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [ready("sidecar1", "busybox"), ready("nginx", "nginx:1")],
+            "containerStatuses": [ready("sidecar1", sidecar_image), ready("nginx", "nginx:1")],
         });
         pod
     }
@@ -335,5 +336,41 @@ mod fake_api_tests {
             after_first,
             "a settled round writes nothing"
         );
+    }
+
+    /// Both images are tagged: an untagged one is defaulted to pull
+    /// `Always`, a tagged one `IfNotPresent`, and a changed pull policy
+    /// is not an image-only change (the pod would rightly be refused as
+    /// `UpdateImmutableField`).
+    #[tokio::test]
+    async fn a_new_sidecar_image_is_patched_into_the_running_pod() {
+        let api = FakeApi::default();
+        api.insert(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        );
+        api.insert("pods", injected_pod(&sidecar_set("busybox:1.34.0", 1)));
+        let set = sidecar_set("busybox:1.35.0", 2);
+        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
+        let context = Arc::new(Context::new(api.client()));
+
+        round(&api, &context).await;
+
+        let pod = api.get(POD).unwrap();
+        let images: Vec<_> = pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={}",
+                    c["name"].as_str().unwrap(),
+                    c["image"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(images, ["sidecar1=busybox:1.35.0", "nginx=nginx:1"]);
+        let spec_writes = api.writes().into_iter().filter(|w| w.path == POD).count();
+        assert_eq!(spec_writes, 1, "one patch upgrades the pod");
     }
 }
