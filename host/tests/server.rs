@@ -82,6 +82,7 @@ fn serve(name: &str, tls: Option<TlsFiles>) -> RunningServer {
         readiness_port: 0,
         workers: 2,
         tls,
+        tls_reload_every: Duration::from_millis(100),
         max_body_bytes: 1 << 20,
     };
     start(policies, &config).unwrap()
@@ -592,4 +593,59 @@ fn unknown_chains_are_404_and_chains_are_not_policies() {
         post(plain().address, "/mutate/sidecarset", &review).status,
         404
     );
+}
+
+/// Completes a TLS handshake with the server, trusting only `ca_pem`.
+fn handshake(server: &RunningServer, ca_pem: &str) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let client = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut connection =
+        rustls::ClientConnection::new(Arc::new(client), "localhost".try_into().unwrap()).unwrap();
+    let mut socket = TcpStream::connect(server.address).unwrap();
+    while connection.is_handshaking() {
+        connection
+            .complete_io(&mut socket)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_renewed_certificate_is_served_without_a_restart() {
+    let dir = scratch_dir("server-tls-reload");
+    let authority = |name: &str| {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        kruise_devcluster::Pki::generate(&dir).unwrap()
+    };
+    let (old, new) = (authority("old-ca"), authority("new-ca"));
+    let files = TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    };
+    let install = |authority: &kruise_devcluster::Pki| {
+        let pair = authority.issue_serving(&["localhost"]).unwrap();
+        std::fs::write(&files.key, pair.key_pem).unwrap();
+        std::fs::write(&files.cert, pair.cert_pem).unwrap();
+    };
+    install(&old);
+    let server = serve("server-tls-reload-policies", Some(files.clone()));
+    handshake(&server, &old.ca_pem).unwrap();
+    assert!(handshake(&server, &new.ca_pem).is_err());
+
+    install(&new);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while handshake(&server, &new.ca_pem).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate was not served within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(handshake(&server, &old.ca_pem).is_err());
 }

@@ -37,6 +37,10 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Certificate and key (PEM): HTTPS when set.
     pub tls: Option<TlsFiles>,
+    /// How often the certificate and key files are read again: a changed
+    /// pair (a renewed Secret, which kubelet swaps into the mounted
+    /// volume) is served from the next connection on.
+    pub tls_reload_every: Duration,
     /// The largest request body accepted. Kubernetes caps a request at
     /// 3 MiB, and an UPDATE review carries the object twice.
     pub max_body_bytes: usize,
@@ -70,6 +74,7 @@ impl Default for ServerConfig {
             readiness_port: 8081,
             workers: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
             tls: None,
+            tls_reload_every: Duration::from_secs(10),
             max_body_bytes: 8 << 20,
         }
     }
@@ -209,14 +214,26 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
             .serve(router.into_make_service())
             .await
     };
+    let reload_tls = match (tls, &config.tls) {
+        (Some(tls), Some(files)) => Some(reload_on_change(
+            tls,
+            files.clone(),
+            config.tls_reload_every,
+        )),
+        _ => None,
+    };
     let stop_on_signal = stop_on_signal(handles.clone());
     let thread = std::thread::Builder::new()
         .name("kruise-wasm-server".to_owned())
         .spawn(move || {
             runtime.block_on(async move {
                 let signals = tokio::spawn(stop_on_signal);
+                let reloads = reload_tls.map(tokio::spawn);
                 let (main, readiness) = tokio::join!(serve_main, serve_readiness);
                 signals.abort();
+                if let Some(reloads) = reloads {
+                    reloads.abort();
+                }
                 for result in [main, readiness] {
                     if let Err(error) = result {
                         eprintln!("server error: {error}");
@@ -231,6 +248,38 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
         handles,
         thread: Some(thread),
     })
+}
+
+/// Reads the certificate and key every `every` and serves a pair that
+/// changed. A pair that does not load (caught mid-write, or bad) is
+/// reported and the one in use kept.
+async fn reload_on_change(tls: RustlsConfig, files: TlsFiles, every: Duration) {
+    let read = || async {
+        let cert = tokio::fs::read(&files.cert).await.ok()?;
+        let key = tokio::fs::read(&files.key).await.ok()?;
+        Some((cert, key))
+    };
+    let mut serving = read().await;
+    loop {
+        tokio::time::sleep(every).await;
+        let current = read().await;
+        if current.is_none() || current == serving {
+            continue;
+        }
+        let Some((cert, key)) = current.clone() else {
+            continue;
+        };
+        match tls.reload_from_pem(cert, key).await {
+            Ok(()) => {
+                eprintln!("serving the renewed certificate {}", files.cert.display());
+                serving = current;
+            }
+            Err(error) => eprintln!(
+                "cannot load the changed certificate {}: {error}; still serving the previous one",
+                files.cert.display()
+            ),
+        }
+    }
 }
 
 /// SIGINT or SIGTERM (how Kubernetes stops a pod) shuts both listeners
