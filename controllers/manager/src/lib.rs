@@ -4,10 +4,11 @@
 
 #[cfg(feature = "dev")]
 pub mod agents;
+pub mod certs;
 pub mod controllers;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod probes;
 pub mod supervisor;
-#[cfg(feature = "dev")]
 pub mod webhook;
+pub mod webhook_certs;

@@ -14,7 +14,7 @@ use kruise_controller_runtime::random::random_u64;
 use kruise_manager::controllers::{Controllers, ImagePullOptions};
 #[cfg(feature = "dev")]
 use kruise_manager::dev::{DevEnvironment, DevOptions};
-use kruise_manager::probes;
+use kruise_manager::{probes, webhook_certs};
 use kruise_node_agent::cri::CriRuntime;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::signal::unix::{SignalKind, signal};
@@ -38,6 +38,8 @@ enum Command {
         probe_address: SocketAddr,
         #[command(flatten)]
         election: ElectionFlags,
+        #[command(flatten)]
+        webhook: WebhookFlags,
     },
     /// Run the node agent of one node (a DaemonSet in a real cluster):
     /// recreates containers for ContainerRecreateRequests through the
@@ -99,6 +101,32 @@ struct ElectionFlags {
     leader_election_retry_period: Duration,
 }
 
+/// The webhook host's certificates, which the leading manager issues,
+/// renews and makes the webhook configurations trust.
+#[derive(Debug, clap::Args)]
+#[allow(clippy::struct_field_names)] // clap names the flags after them
+struct WebhookFlags {
+    /// The webhook host's Service: given, the manager keeps a certificate
+    /// for it in the Secret below (artifacts/deploy passes it).
+    #[arg(long)]
+    webhook_service: Option<String>,
+    /// The namespace of that Service and Secret.
+    #[arg(long, default_value = "kruise-system")]
+    webhook_namespace: String,
+    #[arg(long, default_value = webhook_certs::SECRET)]
+    webhook_secret: String,
+}
+
+impl WebhookFlags {
+    fn target(&self) -> Option<webhook_certs::Target> {
+        Some(webhook_certs::Target {
+            namespace: self.webhook_namespace.clone(),
+            service: self.webhook_service.clone()?,
+            secret: self.webhook_secret.clone(),
+        })
+    }
+}
+
 /// A duration as Go's flags and Kubernetes write them ("15s", "1m30s").
 fn duration(text: &str) -> Result<Duration, String> {
     let signed: SignedDuration = text.parse().map_err(|e| format!("{e}"))?;
@@ -120,7 +148,8 @@ async fn main() -> ExitCode {
             kubeconfig,
             probe_address,
             election,
-        } => run(kubeconfig, probe_address, election).await,
+            webhook,
+        } => run(kubeconfig, probe_address, election, webhook.target()).await,
         Command::NodeAgent {
             node_name,
             runtime_endpoint,
@@ -178,6 +207,7 @@ async fn run(
     kubeconfig: Option<PathBuf>,
     probe_address: SocketAddr,
     election: ElectionFlags,
+    certificates: Option<webhook_certs::Target>,
 ) -> Result<(), String> {
     let client = client(kubeconfig).await?;
     let mut election = leader_election(&client, &election)?;
@@ -198,12 +228,19 @@ async fn run(
             None => std::future::pending().await,
         }
     };
+    let certificates = async {
+        match certificates {
+            Some(target) => webhook_certs::keep_current(client.clone(), target).await,
+            None => std::future::pending().await,
+        }
+    };
     // Leadership lost or a controller gone: exit, for Kubernetes to
     // restart the process (a standby has taken over meanwhile).
     let outcome = tokio::select! {
         signal = shutdown_signal() => signal.map(|name| eprintln!("{name}: stopping")),
         lost = keep_leading => Err(format!("leadership lost: {lost}")),
         ended = controllers.ended() => Err(format!("{ended}; exiting")),
+        () = certificates => Err("the webhook certificates' renewal ended; exiting".to_owned()),
     };
     controllers.stop();
     if let (Ok(()), Some(election)) = (&outcome, election.as_mut()) {
