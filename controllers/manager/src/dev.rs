@@ -11,10 +11,7 @@ use kruise_core::launch_priority::BARRIER_ENV;
 use kruise_devcluster::realnode::RealNode;
 use kruise_devcluster::simnode::SimNodes;
 use kruise_devcluster::{DevCluster, Options};
-use kruise_policy_modules::{
-    ALL, LAUNCH_PRIORITY, MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, SIDECARSET,
-    VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET, policies_yml_entry,
-};
+use kruise_policy_modules::{ALL, policies_yml_entry};
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
 use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles};
@@ -25,7 +22,8 @@ use serde_json::json;
 
 use crate::agents::NodeAgents;
 use crate::controllers::{Controllers, ImagePullOptions};
-use crate::webhook::{self, POD_CHAIN};
+use crate::deploy;
+use crate::webhook::{self, Endpoint};
 
 #[derive(Debug, Clone)]
 pub struct DevOptions {
@@ -133,28 +131,13 @@ impl DevEnvironment {
             _runtime: runtime,
             cluster,
         };
-        let (url, ca) = (&environment.webhook_url, &environment.cluster.pki.ca_pem);
-        webhook::register(&client, &webhook::pod_webhook(url, ca)).await?;
-        let validation = webhook::validating_webhooks(
-            url,
-            ca,
-            &[
-                (VALIDATE_RESOURCEDISTRIBUTION.name, "resourcedistributions"),
-                (VALIDATE_SIDECARSET.name, "sidecarsets"),
-                (VALIDATE_CLONESET.name, "clonesets"),
-            ],
-        );
-        webhook::register(&client, &validation).await?;
-        let mutation = webhook::mutating_webhooks(
-            url,
-            ca,
-            &[
-                (MUTATE_CRR.name, &["containerrecreaterequests"]),
-                (MUTATE_IMAGEPULL.name, &["imagepulljobs", "nodeimages"]),
-                (MUTATE_DEFAULTS.name, &["sidecarsets", "clonesets"]),
-            ],
-        );
-        webhook::register(&client, &mutation).await?;
+        let endpoint = Endpoint::Url {
+            base: &environment.webhook_url,
+            ca_pem: &environment.cluster.pki.ca_pem,
+        };
+        for configuration in deploy::webhook_configurations(endpoint) {
+            webhook::register(&client, &configuration).await?;
+        }
         wait_for_pod_webhook(&client).await?;
         Ok(environment)
     }
@@ -225,7 +208,7 @@ fn write_host_files(cluster: &DevCluster) -> Result<HostFiles, String> {
         let path = write(&format!("{}.wasm", module.name), module.wasm)?;
         policies.insert(module.name.to_owned(), policies_yml_entry(module, &path)?);
     }
-    let chains = json!({ POD_CHAIN: [SIDECARSET.name, LAUNCH_PRIORITY.name] });
+    let chains = deploy::chains();
     let yaml = |value: &serde_json::Value| serde_yaml::to_string(value).unwrap_or_default();
     let (cert, key) = cluster.write_serving_files("webhook")?;
     Ok(HostFiles {

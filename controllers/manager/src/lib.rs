@@ -7,6 +7,8 @@ pub mod agents;
 pub mod certs;
 pub mod controllers;
 #[cfg(feature = "dev")]
+pub mod deploy;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod probes;
 pub mod supervisor;

@@ -75,6 +75,10 @@ enum Command {
         #[arg(long)]
         real_node: bool,
     },
+    /// Print the generated part of the install (artifacts/deploy/generated.yaml):
+    /// the webhook configurations, the host's policies and its read access.
+    #[cfg(feature = "dev")]
+    DeployManifests,
 }
 
 /// Leader election, with OpenKruise's flags: of several replicas one runs
@@ -169,6 +173,10 @@ async fn main() -> ExitCode {
                 real_node,
             })
             .await
+        }
+        #[cfg(feature = "dev")]
+        Command::DeployManifests => {
+            kruise_manager::deploy::manifests().map(|text| print!("{text}"))
         }
     };
     match result {

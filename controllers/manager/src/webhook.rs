@@ -14,15 +14,38 @@ pub const POD_WEBHOOK: &str = "kruise-wasm-pod-webhook";
 /// The chain the host serves at `/mutate/<chain>`.
 pub const POD_CHAIN: &str = "pods";
 
-/// The pod webhook pointing at `base_url` (e.g. `https://127.0.0.1:8443`),
-/// trusted through `ca_pem`. Pods in namespaces labelled `control-plane`
-/// are left alone, as OpenKruise does.
 /// Namespaces whose pods the pod webhook never sees, so that they start
 /// even while the webhook host is down.
 pub const SYSTEM_NAMESPACES: [&str; 2] = ["kube-system", "kruise-system"];
 
-pub fn pod_webhook(base_url: &str, ca_pem: &str) -> Value {
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+/// Where the API server calls the host.
+#[derive(Debug, Clone, Copy)]
+pub enum Endpoint<'a> {
+    /// At a URL (the dev environment's host on loopback), trusting `ca_pem`.
+    Url { base: &'a str, ca_pem: &'a str },
+    /// At a Service on port 443 (an install); the manager sets the CA it
+    /// issued (`webhook_certs`).
+    Service { namespace: &'a str, name: &'a str },
+}
+
+impl Endpoint<'_> {
+    /// The `clientConfig` of a webhook served at `path`.
+    fn client_config(self, path: &str) -> Value {
+        match self {
+            Endpoint::Url { base, ca_pem } => json!({
+                "url": format!("{base}{path}"),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            }),
+            Endpoint::Service { namespace, name } => json!({
+                "service": {"namespace": namespace, "name": name, "path": path, "port": 443},
+            }),
+        }
+    }
+}
+
+/// The pod webhook calling `endpoint`. Pods in namespaces labelled
+/// `control-plane` are left alone, as OpenKruise does.
+pub fn pod_webhook(endpoint: Endpoint<'_>) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -30,10 +53,7 @@ pub fn pod_webhook(base_url: &str, ca_pem: &str) -> Value {
         "webhooks": [{
             "name": "pods.kruise-wasm.io",
             "admissionReviewVersions": ["v1"],
-            "clientConfig": {
-                "url": format!("{base_url}/mutate/{POD_CHAIN}"),
-                "caBundle": ca_bundle,
-            },
+            "clientConfig": endpoint.client_config(&format!("/mutate/{POD_CHAIN}")),
             "rules": [{
                 "apiGroups": [""],
                 "apiVersions": ["v1"],
@@ -63,14 +83,13 @@ pub const CR_WEBHOOK: &str = "kruise-wasm-validating-webhook";
 
 /// The validation of our custom resources, one policy per kind: each
 /// webhook sends its kind's CREATE and UPDATE to `/validate/<policy>`.
-pub fn validating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &str)]) -> Value {
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+pub fn validating_webhooks(endpoint: Endpoint<'_>, policies: &[(&str, &str)]) -> Value {
     let webhooks: Vec<Value> = policies
         .iter()
         .map(|(policy, resource)| {
-            let url = format!("{base_url}/validate/{policy}");
+            let client_config = endpoint.client_config(&format!("/validate/{policy}"));
             let name = format!("{resource}.kruise-wasm.io");
-            kind_webhook(&name, &url, &ca_bundle, &[resource], false)
+            kind_webhook(&name, &client_config, &[resource], false)
         })
         .collect();
     json!({
@@ -90,14 +109,13 @@ pub const CR_MUTATING_WEBHOOK: &str = "kruise-wasm-mutating-webhook";
 /// pod-uid and node-name labels would never reach a node agent, a job
 /// without its finalizer would leave mirrored secrets behind, a SidecarSet
 /// stored without its defaults could turn an image-only edit into more.
-pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str])]) -> Value {
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+pub fn mutating_webhooks(endpoint: Endpoint<'_>, policies: &[(&str, &[&str])]) -> Value {
     let webhooks: Vec<Value> = policies
         .iter()
         .map(|(policy, resources)| {
-            let url = format!("{base_url}/validate/{policy}");
+            let client_config = endpoint.client_config(&format!("/validate/{policy}"));
             let name = format!("{policy}.kruise-wasm.io");
-            kind_webhook(&name, &url, &ca_bundle, resources, true)
+            kind_webhook(&name, &client_config, resources, true)
         })
         .collect();
     json!({
@@ -108,19 +126,13 @@ pub fn mutating_webhooks(base_url: &str, ca_pem: &str, policies: &[(&str, &[&str
     })
 }
 
-/// One webhook sending CREATE and UPDATE of our `resources` to `url`,
-/// failing closed.
-fn kind_webhook(
-    name: &str,
-    url: &str,
-    ca_bundle: &str,
-    resources: &[&str],
-    mutating: bool,
-) -> Value {
+/// One webhook sending CREATE and UPDATE of our `resources` to
+/// `client_config`, failing closed.
+fn kind_webhook(name: &str, client_config: &Value, resources: &[&str], mutating: bool) -> Value {
     let mut webhook = json!({
         "name": name,
         "admissionReviewVersions": ["v1"],
-        "clientConfig": {"url": url, "caBundle": ca_bundle},
+        "clientConfig": client_config,
         "rules": [{
             "apiGroups": ["apps.kruise.io"],
             "apiVersions": ["v1alpha1"],

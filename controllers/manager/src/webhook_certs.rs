@@ -1,7 +1,8 @@
 //! Keeps the webhook host's certificates current (the leading manager
 //! does, every minute): the Secret the host mounts holds a CA and a
 //! serving certificate for the host's Service, and every webhook
-//! configuration of ours trusts that CA. What to issue is decided in
+//! configuration of ours, and the conversion webhook of every CRD of ours,
+//! trusts that CA. What to issue is decided in
 //! [`crate::certs`].
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_controller_runtime::api_error::is_not_found;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::ClusterResourceScope;
@@ -31,6 +33,15 @@ const CA_KEY: &str = "ca.key";
 const CERT: &str = "tls.crt";
 const KEY: &str = "tls.key";
 const EVERY: Duration = Duration::from_mins(1);
+/// Our CRDs, whose conversion webhook is the host's `/convert`.
+pub const CRDS: [&str; 6] = [
+    "clonesets.apps.kruise.io",
+    "sidecarsets.apps.kruise.io",
+    "containerrecreaterequests.apps.kruise.io",
+    "nodeimages.apps.kruise.io",
+    "imagepulljobs.apps.kruise.io",
+    "resourcedistributions.apps.kruise.io",
+];
 
 /// Where the host runs: its namespace, Service and Secret.
 #[derive(Debug, Clone)]
@@ -70,9 +81,15 @@ pub async fn renew(client: &Client, target: &Target, now: SystemTime) -> Result<
         }
     };
     for name in [POD_WEBHOOK, CR_MUTATING_WEBHOOK] {
-        trust::<MutatingWebhookConfiguration>(client, name, &bundle.ca_cert).await?;
+        trust::<MutatingWebhookConfiguration>(client, name, &bundle.ca_cert, webhooks_patch)
+            .await?;
     }
-    trust::<ValidatingWebhookConfiguration>(client, CR_WEBHOOK, &bundle.ca_cert).await
+    trust::<ValidatingWebhookConfiguration>(client, CR_WEBHOOK, &bundle.ca_cert, webhooks_patch)
+        .await?;
+    for name in CRDS {
+        trust::<CustomResourceDefinition>(client, name, &bundle.ca_cert, conversion_patch).await?;
+    }
+    Ok(())
 }
 
 /// The four parts, if the Secret has them all as text.
@@ -127,9 +144,15 @@ async fn write(
         .map_err(|e| format!("cannot write the Secret {}: {e}", target.secret))
 }
 
-/// Makes every webhook of configuration `name` trust `ca_pem`; one that
-/// is not installed is left to whoever installs it.
-async fn trust<K>(client: &Client, name: &str, ca_pem: &str) -> Result<(), String>
+/// Makes object `name` trust `ca_pem` with the patch `patch` makes of it
+/// (none: it does already); one that is not installed is left to whoever
+/// installs it.
+async fn trust<K>(
+    client: &Client,
+    name: &str,
+    ca_pem: &str,
+    patch: fn(&Value, &str) -> Option<Value>,
+) -> Result<(), String>
 where
     K: Resource<Scope = ClusterResourceScope, DynamicType = ()>
         + Clone
@@ -144,23 +167,27 @@ where
         Err(error) => return Err(format!("cannot read {name}: {error}")),
     };
     let configuration = serde_json::to_value(configuration).map_err(|e| e.to_string())?;
-    let Some(patch) = ca_bundle_patch(&configuration, ca_pem) else {
+    let Some(patch) = patch(&configuration, &base64_of(ca_pem)) else {
         return Ok(());
     };
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(|_| tracing::info!(configuration = name, "set the webhook CA"))
+        .map(|_| tracing::info!(object = name, "set the webhook CA"))
         .map_err(|e| format!("cannot set the CA of {name}: {e}"))
 }
 
-/// The merge patch that gives every webhook of `configuration` the CA
-/// `ca_pem`, on the resourceVersion read; none when all have it.
-fn ca_bundle_patch(configuration: &Value, ca_pem: &str) -> Option<Value> {
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+fn base64_of(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// The merge patch that gives every webhook of `configuration` the
+/// `ca_bundle` (base64 PEM), on the resourceVersion read; none when all
+/// have it.
+fn webhooks_patch(configuration: &Value, ca_bundle: &str) -> Option<Value> {
     let mut webhooks = configuration["webhooks"].as_array()?.clone();
     let mut changed = false;
     for webhook in &mut webhooks {
-        if webhook["clientConfig"]["caBundle"] != ca_bundle.as_str() {
+        if webhook["clientConfig"]["caBundle"] != ca_bundle {
             webhook["clientConfig"]["caBundle"] = json!(ca_bundle);
             changed = true;
         }
@@ -173,6 +200,15 @@ fn ca_bundle_patch(configuration: &Value, ca_pem: &str) -> Option<Value> {
             "webhooks": webhooks,
         })
     })
+}
+
+/// The merge patch that gives a CRD's conversion webhook, when it calls a
+/// Service, the `ca_bundle`; none when it has it (or converts otherwise).
+fn conversion_patch(crd: &Value, ca_bundle: &str) -> Option<Value> {
+    let client_config = &crd["spec"]["conversion"]["webhook"]["clientConfig"];
+    (client_config["service"].is_object() && client_config["caBundle"] != ca_bundle).then(
+        || json!({"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": ca_bundle}}}}}),
+    )
 }
 
 #[cfg(test)]
@@ -231,7 +267,7 @@ mod tests {
         assert_eq!(secret["type"], "kubernetes.io/tls");
         let ca = stored_ca(&api);
         let webhook = api.get(POD_WEBHOOK_PATH).unwrap();
-        let expected = base64::engine::general_purpose::STANDARD.encode(&ca);
+        let expected = base64_of(&ca);
         assert_eq!(webhook["webhooks"][0]["clientConfig"]["caBundle"], expected);
         assert_eq!(
             webhook["webhooks"][0]["clientConfig"]["service"]["path"], "/mutate/pods",
@@ -269,10 +305,37 @@ mod tests {
     fn the_ca_patch_keeps_the_resource_version_read() {
         let mut configuration = pod_webhook();
         configuration["metadata"]["resourceVersion"] = json!("7");
-        let patch = ca_bundle_patch(&configuration, "CA").unwrap();
+        let patch = webhooks_patch(&configuration, "CA").unwrap();
         assert_eq!(patch["metadata"]["resourceVersion"], "7");
         let mut trusted = configuration.clone();
         trusted["webhooks"] = patch["webhooks"].clone();
-        assert_eq!(ca_bundle_patch(&trusted, "CA"), None);
+        assert_eq!(webhooks_patch(&trusted, "CA"), None);
+    }
+
+    #[test]
+    fn every_crd_of_ours_is_trusted_through_its_service_only() {
+        let generated: Vec<String> = kruise_api::crd::all()
+            .unwrap()
+            .into_iter()
+            .map(|crd| crd.crd["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        let mut listed: Vec<String> = CRDS.iter().map(|&name| name.to_owned()).collect();
+        let mut generated_sorted = generated.clone();
+        generated_sorted.sort();
+        listed.sort();
+        assert_eq!(listed, generated_sorted);
+
+        let crd = kruise_api::crd::all().unwrap().remove(0).crd;
+        let patch = conversion_patch(&crd, "CA").unwrap();
+        let mut trusted = crd.clone();
+        json_patch::merge(&mut trusted, &patch);
+        assert_eq!(conversion_patch(&trusted, "CA"), None);
+        let mut by_url = crd;
+        kruise_api::crd::set_conversion_url(&mut by_url, "https://127.0.0.1:1/convert", "DEV");
+        assert_eq!(
+            conversion_patch(&by_url, "CA"),
+            None,
+            "the dev cluster's CRDs are left alone"
+        );
     }
 }
