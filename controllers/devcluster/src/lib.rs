@@ -11,6 +11,7 @@
 mod binaries;
 mod cluster;
 pub mod crds;
+pub mod oci;
 mod pki;
 pub mod ports;
 mod process;

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::cluster::DevCluster;
+use crate::oci::run;
 use crate::process::Component;
 
 pub use images::TestImages;
@@ -448,26 +449,6 @@ fn fresh_temp_dir() -> PathBuf {
 
 /// Runs a command to completion; its stdout on success, else an error
 /// with its stderr.
-async fn run(program: &str, args: &[&str]) -> Result<String, String> {
-    let output = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`{program} {}` failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
 fn write(path: &Path, text: &str) -> Result<(), RealNodeError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| {

@@ -1,10 +1,10 @@
-//! The test images, made without Docker: a static busybox in a rootfs with
-//! a few applet links, packed into an OCI layout with `umoci` and pushed to
-//! the local registry with `skopeo`.
+//! The test images: a static busybox in a rootfs with a few applet links,
+//! packed and pushed to the local registry by [`crate::oci`].
 
 use std::path::Path;
 
-use super::{BUSYBOX, RealNodeError, run};
+use super::{BUSYBOX, RealNodeError};
+use crate::oci::{self, ImageConfig};
 
 /// The file in the test image that holds its version (`v1` or `v2`); the
 /// image also sets `KRUISE_TEST_VERSION` and prints the version on start.
@@ -31,11 +31,6 @@ pub struct TestImages {
 /// `registry` (`127.0.0.1:<port>`).
 pub async fn build_and_push(work_dir: &Path, registry: &str) -> Result<TestImages, RealNodeError> {
     let dir = work_dir.join("images");
-    let layout = dir.join("oci");
-    let layout_arg = layout.display().to_string();
-    run("umoci", &["init", "--layout", &layout_arg])
-        .await
-        .map_err(RealNodeError::Images)?;
     let images = TestImages {
         pause: format!("{registry}/kruise-devcluster/pause:1"),
         v1: format!("{registry}/kruise-devcluster/test:v1"),
@@ -62,49 +57,21 @@ async fn build(
 ) -> Result<(), RealNodeError> {
     let rootfs = dir.join(format!("rootfs-{tag}"));
     make_rootfs(&rootfs, version)?;
-    let image = format!("{}:{tag}", dir.join("oci").display());
-    let rootfs_arg = rootfs.display().to_string();
-    let steps: [Vec<&str>; 3] = [
-        vec!["new", "--image", &image],
-        vec!["insert", "--image", &image, &rootfs_arg, "/"],
-        vec!["config", "--image", &image],
-    ];
-    for step in &steps[..2] {
-        run("umoci", step).await.map_err(RealNodeError::Images)?;
-    }
-    let env = version.map(|v| format!("KRUISE_TEST_VERSION={v}"));
-    let mut config = steps[2].clone();
-    config.extend([
-        "--config.entrypoint",
-        "/bin/sh",
-        "--config.entrypoint",
-        "-c",
-        "--config.entrypoint",
-        script,
-        "--config.workingdir",
-        "/",
-        "--config.env",
-        "PATH=/bin",
-    ]);
-    if let Some(env) = &env {
-        config.extend(["--config.env", env]);
-    }
-    run("umoci", &config).await.map_err(RealNodeError::Images)?;
-    let source = format!("oci:{image}");
-    let destination = format!("docker://{reference}");
-    run(
-        "skopeo",
-        &[
-            "--insecure-policy",
-            "copy",
-            "--dest-tls-verify=false",
-            &source,
-            &destination,
-        ],
-    )
-    .await
-    .map_err(RealNodeError::Images)?;
-    Ok(())
+    let layout = dir.join("oci");
+    let version_env = version.map(|v| format!("KRUISE_TEST_VERSION={v}"));
+    let mut env = vec!["PATH=/bin"];
+    env.extend(version_env.as_deref());
+    let config = ImageConfig {
+        entrypoint: &["/bin/sh", "-c", script],
+        env: &env,
+        user: None,
+    };
+    oci::pack(&rootfs, &layout, tag, config)
+        .await
+        .map_err(RealNodeError::Images)?;
+    oci::push(&layout, tag, reference)
+        .await
+        .map_err(RealNodeError::Images)
 }
 
 fn make_rootfs(rootfs: &Path, version: Option<&str>) -> Result<(), RealNodeError> {
