@@ -64,6 +64,44 @@ pub async fn pack(
     manifest_digest(layout, tag)
 }
 
+/// The image of one of our binaries: `binary` at `/<its file name>`, the
+/// entrypoint, with the libraries it links and `files` (path in the image,
+/// contents) beside it, run as uid 65532 unless a pod says otherwise.
+/// The root filesystem is assembled in `work`; packed as `<layout>:<tag>`.
+pub async fn binary_image(
+    work: &Path,
+    layout: &Path,
+    tag: &str,
+    binary: &Path,
+    files: &[(String, &[u8])],
+) -> Result<String, String> {
+    let name = binary
+        .file_name()
+        .and_then(|name| name.to_str())
+        .ok_or_else(|| format!("{} names no file", binary.display()))?;
+    let rootfs = work.join(format!("rootfs-{tag}"));
+    let _ = std::fs::remove_dir_all(&rootfs);
+    let tmp = rootfs.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    add_binary(&rootfs, binary, name).await?;
+    for (path, contents) in files {
+        let target = rootfs.join(path.trim_start_matches('/'));
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&target, contents)
+            .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+    }
+    let entrypoint = format!("/{name}");
+    let config = ImageConfig {
+        entrypoint: &[&entrypoint],
+        env: &[],
+        user: Some("65532"),
+    };
+    pack(&rootfs, layout, tag, config).await
+}
+
 /// Copies `<layout>:<tag>` to `reference` (`127.0.0.1:5000/repo:tag`, a
 /// plain-HTTP registry).
 pub async fn push(layout: &Path, tag: &str, reference: &str) -> Result<(), String> {

@@ -10,6 +10,8 @@ pub mod controllers;
 pub mod deploy;
 #[cfg(feature = "dev")]
 pub mod dev;
+#[cfg(feature = "dev")]
+pub mod images;
 pub mod probes;
 pub mod supervisor;
 pub mod webhook;

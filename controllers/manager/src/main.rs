@@ -79,6 +79,30 @@ enum Command {
     /// the webhook configurations, the host's policies and its read access.
     #[cfg(feature = "dev")]
     DeployManifests,
+    /// Build the images artifacts/deploy runs, reproducibly (Debian's umoci
+    /// and skopeo): the manager's (also the node agent's) and the webhook
+    /// host's. For a cluster, give release builds:
+    /// `cargo build --release -p kruise-manager --no-default-features` and
+    /// `cargo build --release -p kruise-wasm-host --bin kruise-wasm`.
+    #[cfg(feature = "dev")]
+    BuildImages {
+        /// The kruise-manager binary to pack.
+        #[arg(long)]
+        manager_binary: PathBuf,
+        /// The kruise-wasm binary to pack.
+        #[arg(long)]
+        host_binary: PathBuf,
+        /// Where the root filesystems and the OCI layout (`<dir>/oci`,
+        /// tags `manager` and `host`) are written.
+        #[arg(long)]
+        out: PathBuf,
+        /// Also push them, as `<registry>/kruise-wasm/{manager,host}:<tag>`
+        /// (a plain-HTTP registry such as the dev environment's).
+        #[arg(long)]
+        push: Option<String>,
+        #[arg(long, default_value = "v0.1.0")]
+        tag: String,
+    },
 }
 
 /// Leader election, with OpenKruise's flags: of several replicas one runs
@@ -175,6 +199,14 @@ async fn main() -> ExitCode {
             .await
         }
         #[cfg(feature = "dev")]
+        Command::BuildImages {
+            manager_binary,
+            host_binary,
+            out,
+            push,
+            tag,
+        } => build_images(&manager_binary, &host_binary, &out, push.as_deref(), &tag).await,
+        #[cfg(feature = "dev")]
         Command::DeployManifests => {
             kruise_manager::deploy::manifests().map(|text| print!("{text}"))
         }
@@ -209,6 +241,31 @@ async fn dev(options: DevOptions) -> Result<(), String> {
     };
     environment.shutdown().await;
     outcome
+}
+
+#[cfg(feature = "dev")]
+async fn build_images(
+    manager_binary: &std::path::Path,
+    host_binary: &std::path::Path,
+    out: &std::path::Path,
+    push: Option<&str>,
+    tag: &str,
+) -> Result<(), String> {
+    use kruise_manager::images;
+    let manager = images::manager_image(out, manager_binary).await?;
+    let host = images::host_image(out, host_binary).await?;
+    println!(
+        "manager {manager}
+host {host}
+(in {})",
+        images::layout(out).display()
+    );
+    if let Some(registry) = push {
+        for reference in images::push(out, registry, tag).await? {
+            println!("pushed {reference}");
+        }
+    }
+    Ok(())
 }
 
 async fn run(
