@@ -46,6 +46,12 @@ pub enum StartError {
     },
 }
 
+/// Whether a component could not listen on its port (someone took it
+/// between [`free_ports`] and the bind).
+fn lost_a_port(error: &StartError) -> bool {
+    !matches!(error, StartError::Build(_)) && error.to_string().contains("address already in use")
+}
+
 /// A running dev cluster. Stops its processes when dropped.
 pub struct DevCluster {
     pub work_dir: PathBuf,
@@ -58,8 +64,32 @@ pub struct DevCluster {
     remove_work_dir: bool,
 }
 
+/// How many times a start-up that lost one of its freshly picked ports to
+/// another process (tests start clusters in parallel) is tried, each time
+/// on new ports.
+const START_ATTEMPTS: usize = 3;
+
 impl DevCluster {
     pub async fn start(options: Options) -> Result<Self, StartError> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(options.clone()).await {
+                Err(error)
+                    if attempt < START_ATTEMPTS
+                        && options.work_dir.is_none()
+                        && lost_a_port(&error) =>
+                {
+                    // The failed attempt's processes and directory went
+                    // with it (dropped).
+                    tracing::warn!(%error, "a port was taken meanwhile: starting on new ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(options: Options) -> Result<Self, StartError> {
         let binaries = tokio::task::spawn_blocking(Binaries::ensure)
             .await
             .map_err(|e| StartError::Setup(format!("the build task failed: {e}")))??;
@@ -330,4 +360,22 @@ fn fresh_temp_dir() -> PathBuf {
         std::process::id(),
         COUNT.fetch_add(1, Ordering::Relaxed)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lost_port_starts_the_cluster_again() {
+        let lost = StartError::Component(
+            "kube-scheduler exited early (exit status: 1); the end of kube-scheduler.log: \
+             failed to listen on 127.0.0.1:35619: bind: address already in use"
+                .to_owned(),
+        );
+        assert!(lost_a_port(&lost));
+        let other = StartError::Component("kube-apiserver exited early: bad flag".to_owned());
+        assert!(!lost_a_port(&other));
+        assert!(!lost_a_port(&StartError::Setup("no free ports".to_owned())));
+    }
 }
