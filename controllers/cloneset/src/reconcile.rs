@@ -182,7 +182,7 @@ async fn reconcile_cloneset(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use kruise_controller_runtime::testing::{FakeApi, Seen};
+    use kruise_controller_runtime::testing::{FakeApi, Seen, container_images};
     use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
     use serde_json::Value;
 
@@ -377,24 +377,7 @@ mod tests {
             .filter(|w| w.starts_with("PATCH"))
             .collect();
         assert!(!patched.is_empty(), "{:?}", writes(&api.seen()[before..]));
-        let images: Vec<Vec<String>> = pods(&api)
-            .await
-            .iter()
-            .map(|pod| {
-                pod["spec"]["containers"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| {
-                        format!(
-                            "{}={}",
-                            c["name"].as_str().unwrap(),
-                            c["image"].as_str().unwrap()
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
+        let images: Vec<Vec<String>> = pods(&api).await.iter().map(container_images).collect();
         // maxUnavailable 1: one pod at a time, in place (no pod deleted),
         // its other container untouched.
         assert!(

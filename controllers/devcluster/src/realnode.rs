@@ -37,6 +37,33 @@ pub use teardown::leftovers;
 /// The label every real node carries (`"true"`), for node selectors.
 pub const REAL_NODE_LABEL: &str = "devcluster.kruise.io/real-node";
 
+/// A pod for the real node `node`: on the host network (no pod network is
+/// allowed here), pinned to the node, every taint tolerated, 5 s to stop;
+/// `spec`'s fields (containers, volumes, ...) are added to that.
+pub fn pod_on(
+    node: &str,
+    metadata: serde_json::Value,
+    spec: serde_json::Value,
+) -> Result<k8s_openapi::api::core::v1::Pod, serde_json::Error> {
+    let mut pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "spec": {
+            "hostNetwork": true,
+            "nodeName": node,
+            "nodeSelector": {REAL_NODE_LABEL: "true"},
+            "tolerations": [{"operator": "Exists"}],
+            "terminationGracePeriodSeconds": 5,
+        },
+    });
+    pod["metadata"] = metadata;
+    if let serde_json::Value::Object(fields) = spec {
+        for (key, value) in fields {
+            pod["spec"][key] = value;
+        }
+    }
+    serde_json::from_value(pod)
+}
+
 /// The executables the real node runs, with the Debian package of each.
 pub const REQUIRED_TOOLS: [(&str, &str); 7] = [
     ("containerd", "containerd"),

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kruise_core::cloneset::container_status as container;
-use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode, leftovers};
+use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode, leftovers, pod_on};
 use kruise_devcluster::wait::wait_for;
 use kruise_devcluster::{DevCluster, Options};
 use kube::Api;
@@ -23,20 +23,11 @@ use serde_json::json;
 const NAMESPACE: &str = "real";
 
 fn pod(name: &str, node: &str, containers: &serde_json::Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            // No pod network here: host network only.
-            "hostNetwork": true,
-            "nodeName": node,
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
-            "tolerations": [{"operator": "Exists"}],
-            "terminationGracePeriodSeconds": 5,
-            "containers": containers,
-        },
-    }))
+    pod_on(
+        node,
+        json!({"name": name}),
+        json!({"containers": containers}),
+    )
     .unwrap()
 }
 

@@ -224,23 +224,15 @@ mod tests {
     fn target() -> Target {
         Target {
             namespace: "kruise-system".to_owned(),
-            service: "kruise-webhook".to_owned(),
+            service: "kruise-wasm-host".to_owned(),
             secret: SECRET.to_owned(),
         }
     }
 
     fn pod_webhook() -> Value {
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": POD_WEBHOOK},
-            "webhooks": [{
-                "name": "pods.kruise-wasm.io",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "clientConfig": {"service": {"namespace": "kruise-system", "name": "kruise-webhook",
-                                             "path": "/mutate/pods"}},
-            }],
+        crate::webhook::pod_webhook(crate::webhook::Endpoint::Service {
+            namespace: "kruise-system",
+            name: "kruise-wasm-host",
         })
     }
 

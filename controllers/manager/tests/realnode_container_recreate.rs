@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::ContainerRecreateRequest;
 use kruise_api::containerrecreaterequest::ContainerRecreateRequestPhase as Phase;
 use kruise_core::cloneset::container_status;
-use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode};
+use kruise_devcluster::realnode::{RealNode, pod_on};
 use kruise_devcluster::wait::wait_for;
 use kube::Api;
 use kube::api::PostParams;
@@ -101,18 +101,14 @@ async fn containers_are_recreated_through_cri_in_the_same_pod() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let requests: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), "default");
 
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "pod-name"},
-        "spec": {
-            "hostNetwork": true,
-            "nodeName": node.name,
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
-            "tolerations": [{"operator": "Exists"}],
-            "terminationGracePeriodSeconds": 5,
+    let pod = pod_on(
+        &node.name,
+        json!({"name": "pod-name"}),
+        json!({
             "volumes": [{"name": "data", "emptyDir": {}}],
             "containers": [container("app", &image, true), container("sidecar", &image, false)],
-        },
-    }))
+        }),
+    )
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let before = wait_for(&pods, "pod-name", "both containers ready", |p| {

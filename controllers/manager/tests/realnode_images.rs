@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_api::NodeImage;
-use kruise_devcluster::realnode::{REAL_NODE_LABEL, RealNode};
+use kruise_devcluster::realnode::{RealNode, pod_on};
 use kruise_devcluster::wait::{eventually, wait_for};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_manager::images;
@@ -51,26 +51,14 @@ async fn install_crds(client: &Client) {
     }
 }
 
-/// A host-network pod on the real node.
+/// A pod of ours on the real node.
 fn pod(name: &str, node: &RealNode, spec: Value) -> Pod {
-    let mut pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "hostNetwork": true,
-            "nodeName": node.name,
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
-            "tolerations": [{"operator": "Exists"}],
-            "terminationGracePeriodSeconds": 5,
-        },
-    });
-    let Value::Object(fields) = spec else {
-        panic!("a pod spec is an object")
-    };
-    for (key, value) in fields {
-        pod["spec"][key] = value;
-    }
-    serde_json::from_value(pod).unwrap()
+    pod_on(
+        &node.name,
+        json!({"name": name, "namespace": NAMESPACE}),
+        spec,
+    )
+    .unwrap()
 }
 
 fn parent(path: &Path) -> String {

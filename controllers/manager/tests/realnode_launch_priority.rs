@@ -12,7 +12,7 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_core::cloneset::{container_status, has_ready_condition};
-use kruise_devcluster::realnode::REAL_NODE_LABEL;
+use kruise_devcluster::realnode::pod_on;
 use kruise_devcluster::wait::wait_for;
 use kube::Api;
 use kube::api::PostParams;
@@ -37,23 +37,17 @@ async fn ordered_containers_are_created_one_after_another_by_kubelet() {
     // all that while, `second` must not exist as a container.
     let probe =
         json!({"exec": {"command": ["true"]}, "initialDelaySeconds": 4, "periodSeconds": 1});
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {
+    let pod = pod_on(
+        &node_name,
+        json!({
             "name": "ordered",
             "annotations": {"apps.kruise.io/container-launch-priority": "Ordered"},
-        },
-        "spec": {
-            "hostNetwork": true,
-            "nodeName": node_name,
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
-            "tolerations": [{"operator": "Exists"}],
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {"name": "first", "image": image, "readinessProbe": probe},
-                {"name": "second", "image": image},
-            ],
-        },
-    }))
+        }),
+        json!({"containers": [
+            {"name": "first", "image": image, "readinessProbe": probe},
+            {"name": "second", "image": image},
+        ]}),
+    )
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let held = wait_for(&pods, "ordered", "first runs, not ready yet", |p| {

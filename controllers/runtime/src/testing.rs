@@ -405,6 +405,20 @@ fn merge_by_key(items: &mut Vec<Value>, patched: &[Value], key: &str) {
     }
 }
 
+/// A stored pod's containers as `name=image`, in order: what a rollout
+/// test compares.
+pub fn container_images(pod: &Value) -> Vec<String> {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let text = |key: &str| c[key].as_str().unwrap_or_default().to_owned();
+            format!("{}={}", text("name"), text("image"))
+        })
+        .collect()
+}
+
 /// The collection an object belongs to, from its apiVersion and namespace.
 fn collection_path(object: &Value, plural: &str) -> String {
     let api_version = object["apiVersion"].as_str().unwrap_or("v1");

@@ -242,7 +242,7 @@ mod fake_api_tests {
 
     use k8s_openapi::api::core::v1::Pod;
     use kruise_api::KruiseObject as _;
-    use kruise_controller_runtime::testing::FakeApi;
+    use kruise_controller_runtime::testing::{FakeApi, container_images};
     use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
     use serde_json::{Value, json};
 
@@ -356,19 +356,7 @@ mod fake_api_tests {
 
         round(&api, &context).await;
 
-        let pod = api.get(POD).unwrap();
-        let images: Vec<_> = pod["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                format!(
-                    "{}={}",
-                    c["name"].as_str().unwrap(),
-                    c["image"].as_str().unwrap()
-                )
-            })
-            .collect();
+        let images = container_images(&api.get(POD).unwrap());
         assert_eq!(images, ["sidecar1=busybox:1.35.0", "nginx=nginx:1"]);
         let spec_writes = api.writes().into_iter().filter(|w| w.path == POD).count();
         assert_eq!(spec_writes, 1, "one patch upgrades the pod");
