@@ -638,6 +638,12 @@ fn a_renewed_certificate_is_served_without_a_restart() {
     handshake(&server, &old.ca_pem).unwrap();
     assert!(handshake(&server, &new.ca_pem).is_err());
 
+    // A pair that does not load (here: not PEM at all) is refused and the
+    // one in use kept; several reload periods pass meanwhile.
+    std::fs::write(&files.cert, "not a certificate").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    handshake(&server, &old.ca_pem).unwrap();
+
     install(&new);
     let deadline = Instant::now() + Duration::from_secs(20);
     while handshake(&server, &new.ca_pem).is_err() {
