@@ -88,6 +88,11 @@ struct ServeArgs {
     port: u16,
     #[arg(long, default_value_t = 8081)]
     readiness_probe_port: u16,
+    /// Bind both ports with SO_REUSEPORT: a new replica on the host
+    /// network can start on the node before the old one stops (a rolling
+    /// upgrade there without a gap).
+    #[arg(long)]
+    reuse_port: bool,
     /// Server threads, which run the connections and the guests (default:
     /// the number of CPUs); four evaluations per thread may be under way.
     #[arg(long)]
@@ -318,6 +323,7 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
         address: args.address,
         port: args.port,
         readiness_port: args.readiness_probe_port,
+        reuse_port: args.reuse_port,
         workers: args.workers.unwrap_or(defaults.workers),
         tls: args
             .cert_file

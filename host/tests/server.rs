@@ -84,6 +84,7 @@ fn serve(name: &str, tls: Option<TlsFiles>) -> RunningServer {
         tls,
         tls_reload_every: Duration::from_millis(100),
         max_body_bytes: 1 << 20,
+        reuse_port: false,
     };
     start(policies, &config).unwrap()
 }

@@ -44,6 +44,10 @@ pub struct ServerConfig {
     /// The largest request body accepted. Kubernetes caps a request at
     /// 3 MiB, and an UPDATE review carries the object twice.
     pub max_body_bytes: usize,
+    /// Bind with SO_REUSEPORT, so that a second server on the same address
+    /// and port can start before this one stops: two replicas of a
+    /// host-network Deployment on one node, during a rolling upgrade.
+    pub reuse_port: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -76,6 +80,7 @@ impl Default for ServerConfig {
             tls: None,
             tls_reload_every: Duration::from_secs(10),
             max_body_bytes: 8 << 20,
+            reuse_port: false,
         }
     }
 }
@@ -143,14 +148,8 @@ pub fn start_conversion_only(
 /// Binds both listeners and starts serving. Binding happens before this
 /// returns, so a port in use is reported here.
 pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer, String> {
-    let listener = TcpListener::bind((config.address, config.port))
-        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.address, config.port))?;
-    let readiness = TcpListener::bind((config.address, config.readiness_port)).map_err(|e| {
-        format!(
-            "cannot listen on {}:{}: {e}",
-            config.address, config.readiness_port
-        )
-    })?;
+    let listener = listen(config.address, config.port, config.reuse_port)?;
+    let readiness = listen(config.address, config.readiness_port, config.reuse_port)?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     let readiness_address = readiness.local_addr().map_err(|e| e.to_string())?;
 
@@ -248,6 +247,25 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
         handles,
         thread: Some(thread),
     })
+}
+
+/// A listening socket on `address:port` with SO_REUSEADDR (as std's
+/// `TcpListener::bind` sets it), and SO_REUSEPORT when asked.
+fn listen(address: IpAddr, port: u16, reuse_port: bool) -> Result<TcpListener, String> {
+    let address = SocketAddr::new(address, port);
+    let bind = || -> std::io::Result<TcpListener> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(address),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(reuse_port)?;
+        socket.bind(&address.into())?;
+        socket.listen(1024)?;
+        Ok(socket.into())
+    };
+    bind().map_err(|e| format!("cannot listen on {address}: {e}"))
 }
 
 /// Reads the certificate and key every `every` and serves a pair that
@@ -425,4 +443,27 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::listen;
+    use std::net::IpAddr;
+
+    const LOOPBACK: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn a_second_listener_shares_the_port_only_when_both_reuse_it() {
+        let first = listen(LOOPBACK, 0, true).unwrap();
+        let port = first.local_addr().unwrap().port();
+        let second = listen(LOOPBACK, port, true).unwrap();
+        assert_eq!(second.local_addr().unwrap().port(), port);
+
+        let plain = listen(LOOPBACK, 0, false).unwrap();
+        let taken = plain.local_addr().unwrap().port();
+        let refused = listen(LOOPBACK, taken, true).unwrap_err();
+        assert!(refused.contains("cannot listen on 127.0.0.1:"), "{refused}");
+        assert!(listen(LOOPBACK, taken, false).is_err());
+    }
 }
