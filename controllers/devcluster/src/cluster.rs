@@ -254,6 +254,9 @@ impl DevCluster {
                 path(&pki.service_account_key)
             ),
             "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            // No kube-proxy here: webhook and conversion calls to a Service
+            // go straight to one of its endpoints (the install's host pod).
+            "--enable-aggregator-routing=true".to_owned(),
             "--authorization-mode=Node,RBAC".to_owned(),
             // The real node's pods need hostNetwork (no pod network here).
             "--allow-privileged=true".to_owned(),
