@@ -12,6 +12,8 @@ pub mod deploy;
 pub mod dev;
 #[cfg(feature = "dev")]
 pub mod images;
+#[cfg(feature = "dev")]
+pub mod in_cluster;
 pub mod probes;
 pub mod supervisor;
 pub mod webhook;
