@@ -75,6 +75,13 @@ struct BenchArgs {
     /// Fresh instances created to time instantiation.
     #[arg(long, default_value_t = 2000)]
     instances: usize,
+    /// Kubewarden's policy-server binary: serve the same policies with it
+    /// beside ours and compare, in rounds alternating the two.
+    #[arg(long, env = "KRUISE_POLICY_SERVER")]
+    policy_server: Option<PathBuf>,
+    /// Runs per server and workload when comparing.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+    rounds: u16,
 }
 
 #[derive(Debug, Args)]
@@ -399,6 +406,8 @@ fn bench(args: &BenchArgs) -> Result<String, String> {
             workers: args.workers,
             tls,
             instances: args.instances,
+            policy_server: args.policy_server.clone(),
+            rounds: usize::from(args.rounds),
         },
     )?;
     Ok(report.join("\n"))

@@ -62,3 +62,52 @@ fn bench_durations_are_bounded() {
         "{output:?}"
     );
 }
+
+/// Kubewarden's reference policy-server (../shared/tools/kubewarden, or
+/// `KRUISE_POLICY_SERVER`): the bench starts it beside ours.
+#[test]
+fn bench_beside_policy_server_reports_both_servers_and_the_ratio() {
+    let policy_server = std::env::var_os("KRUISE_POLICY_SERVER").map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/tools/kubewarden/policy-server")
+        },
+        std::path::PathBuf::from,
+    );
+    assert!(
+        policy_server.exists(),
+        "no policy-server at {}",
+        policy_server.display()
+    );
+    let output = bench(&[
+        "--duration",
+        "0.3",
+        "--connections",
+        "2",
+        "--instances",
+        "3",
+        "--rounds",
+        "1",
+        "--policy-server",
+        policy_server.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let report = String::from_utf8(output.stdout).unwrap();
+    for policy in ["add-label", "launch-priority", "sidecarset"] {
+        let lines: Vec<&str> = report
+            .lines()
+            .filter(|l| l.starts_with("http ") && l.contains(policy))
+            .collect();
+        assert_eq!(lines.len(), 3, "{report}");
+        for (line, server) in lines.iter().zip(["ours", "policy-server"]) {
+            assert!(line.contains(server), "{line}");
+            assert!(line.ends_with(" 0 errors, 1 rounds)"), "{line}");
+            assert!(!line.contains("(0 requests"), "{line}");
+        }
+        assert!(
+            lines[2].contains("ratio") && lines[2].contains("x throughput"),
+            "{}",
+            lines[2]
+        );
+    }
+}

@@ -6,8 +6,15 @@
 //! the seed pod), launch-priority on the Ordered example pod (a small
 //! mutation through typed Kubernetes objects), and the sidecarset module on
 //! the seed pod (`pod-test-pod` with `scs-demo`).
+//!
+//! With `--policy-server`, Kubewarden's policy-server serves the same
+//! modules and settings beside ours, with the same workers and transport,
+//! and each workload runs in rounds alternating the two servers (the
+//! machine is shared: alternation spreads its noise over both); the report
+//! gives both medians and the ratios.
 
 pub mod load;
+mod policy_server;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,6 +34,7 @@ use crate::runtime::{CompiledModule, Limits, Runtime, block_on};
 use crate::server::api::Policies;
 use crate::server::{self, ServerConfig, TlsFiles};
 use load::{Figures, Load};
+use policy_server::{PolicyFile, PolicyServer};
 
 const SEED_POD: &str = include_str!("../../../policies/fixtures/examples/pod-test-pod.yaml");
 const SCS_DEMO: &str = include_str!("../../../policies/fixtures/examples/sidecarset-scs-demo.yaml");
@@ -46,6 +54,10 @@ pub struct BenchConfig {
     pub tls: Option<(TlsFiles, PathBuf)>,
     /// Fresh instances created to time instantiation.
     pub instances: usize,
+    /// Kubewarden's policy-server, measured beside ours.
+    pub policy_server: Option<PathBuf>,
+    /// Runs per server and workload when comparing.
+    pub rounds: usize,
 }
 
 /// Runs everything and returns the report's lines.
@@ -56,7 +68,8 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
             MAX_DURATION.as_secs()
         ));
     }
-    let (policies, sidecarset) = policies(runtime)?;
+    let files = policy_files()?;
+    let (policies, sidecarset) = policies(runtime, &files)?;
     let workloads = [
         ("add-label", review(SEED_POD)?),
         ("launch-priority", review(ORDERED_POD)?),
@@ -76,6 +89,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
         config.workers
     )];
     for (transport, tls) in transports {
+        let tls_files = tls.as_ref().map(|(files, _)| files.clone());
         let server = server::start(
             Policies {
                 policies: policies.clone(),
@@ -86,12 +100,23 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
                 port: 0,
                 readiness_port: 0,
                 workers: config.workers,
-                tls: tls.as_ref().map(|(files, _)| files.clone()),
+                tls: tls_files.clone(),
                 ..ServerConfig::default()
             },
         )?;
+        let reference = match &config.policy_server {
+            Some(program) => Some(PolicyServer::start(
+                program,
+                &std::env::temp_dir()
+                    .join(format!("kruise-bench-{}-{transport}", std::process::id())),
+                &files,
+                config.workers,
+                tls_files.as_ref(),
+            )?),
+            None => None,
+        };
         for (policy, body) in &workloads {
-            let load = Load {
+            let ours = Load {
                 address: server.address,
                 tls: tls.as_ref().map(|(_, client)| Arc::clone(client)),
                 path: format!("/validate/{policy}"),
@@ -99,18 +124,96 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
                 connections: config.connections,
                 duration: config.duration,
             };
-            // Fills the pool's slots and the connections' TLS sessions.
-            Load {
-                duration: Duration::from_millis(500),
-                ..load.clone()
+            warm_up(&ours)?;
+            let Some(reference) = &reference else {
+                report.push(line(transport, policy, &ours.run()?));
+                continue;
+            };
+            let theirs = Load {
+                address: reference.address,
+                ..ours.clone()
+            };
+            warm_up(&theirs)?;
+            let (mut mine, mut other) = (Vec::new(), Vec::new());
+            for _ in 0..config.rounds.max(1) {
+                mine.push(ours.run()?);
+                other.push(theirs.run()?);
             }
-            .run()?;
-            report.push(line(transport, policy, &load.run()?));
+            report.extend(comparison(transport, policy, &mine, &other));
         }
         server.shutdown();
     }
     report.push(instance_cost(&sidecarset, runtime, config.instances)?);
     Ok(report)
+}
+
+/// Fills the pool's slots and the connections' TLS sessions.
+fn warm_up(load: &Load) -> Result<(), String> {
+    Load {
+        duration: Duration::from_millis(500),
+        ..load.clone()
+    }
+    .run()
+    .map(drop)
+}
+
+/// The median of each figure over a server's rounds, and its totals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Medians {
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+    requests: usize,
+    errors: usize,
+}
+
+fn medians(rounds: &[Figures]) -> Medians {
+    fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
+        values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        values[values.len() / 2]
+    }
+    Medians {
+        per_second: median(rounds.iter().map(Figures::per_second).collect()),
+        p50: median(rounds.iter().map(|f| f.p50).collect()),
+        p99: median(rounds.iter().map(|f| f.p99).collect()),
+        requests: rounds.iter().map(|f| f.requests).sum(),
+        errors: rounds.iter().map(|f| f.errors).sum(),
+    }
+}
+
+/// Our medians, policy-server's, and ours over theirs: throughput (with
+/// the lowest and highest round-by-round ratio) and latencies.
+fn comparison(transport: &str, policy: &str, ours: &[Figures], theirs: &[Figures]) -> Vec<String> {
+    let (mine, other) = (medians(ours), medians(theirs));
+    let server_line = |server: &str, m: &Medians| {
+        format!(
+            "{transport:5} {policy:15} {server:13} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  ({} requests, {} errors, {} rounds)",
+            m.per_second,
+            m.p50.as_secs_f64() * 1e3,
+            m.p99.as_secs_f64() * 1e3,
+            m.requests,
+            m.errors,
+            ours.len()
+        )
+    };
+    let by_round: Vec<f64> = ours
+        .iter()
+        .zip(theirs)
+        .map(|(a, b)| a.per_second() / b.per_second())
+        .collect();
+    let lowest = by_round.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = by_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    vec![
+        server_line("ours", &mine),
+        server_line("policy-server", &other),
+        format!(
+            "{transport:5} {policy:15} {:13} {:>7.2}x throughput (rounds {lowest:.2}x to {highest:.2}x)  p50 {:.2}x  p99 {:.2}x",
+            "ratio",
+            mine.per_second / other.per_second,
+            mine.p50.as_secs_f64() / other.p50.as_secs_f64(),
+            mine.p99.as_secs_f64() / other.p99.as_secs_f64(),
+        ),
+    ]
 }
 
 fn line(transport: &str, policy: &str, figures: &Figures) -> String {
@@ -126,47 +229,58 @@ fn line(transport: &str, policy: &str, figures: &Figures) -> String {
 
 type PolicyMap = BTreeMap<String, Arc<Policy>>;
 
-/// The two embedded modules as the server would load them, and the
-/// sidecarset module for the instance timing.
-fn policies(runtime: &Runtime) -> Result<(PolicyMap, Arc<CompiledModule>), String> {
+/// The bench's policies, as both servers load them.
+fn policy_files() -> Result<Vec<PolicyFile<'static>>, String> {
     let scs_demo: Value = serde_yaml::from_str(SCS_DEMO).map_err(|e| e.to_string())?;
-    let sidecarset = runtime
-        .load(kruise_policy_modules::SIDECARSET.wasm)
-        .map_err(|e| e.to_string())?;
-    let launch_priority = runtime
-        .load(kruise_policy_modules::LAUNCH_PRIORITY.wasm)
-        .map_err(|e| e.to_string())?;
-    let add_label = runtime
-        .load(kruise_policy_modules::BENCH_ADD_LABEL.wasm)
-        .map_err(|e| e.to_string())?;
-    let policy = |id: &str, module: &Arc<CompiledModule>, settings: Settings| {
+    Ok(vec![
+        PolicyFile {
+            id: "sidecarset",
+            wasm: kruise_policy_modules::SIDECARSET.wasm,
+            settings: sidecarset_settings(vec![scs_demo], "default", None),
+        },
+        PolicyFile {
+            id: "launch-priority",
+            wasm: kruise_policy_modules::LAUNCH_PRIORITY.wasm,
+            settings: Settings::new(),
+        },
+        PolicyFile {
+            id: "add-label",
+            wasm: kruise_policy_modules::BENCH_ADD_LABEL.wasm,
+            settings: add_label_settings(),
+        },
+    ])
+}
+
+/// The policies as our server loads them, and the sidecarset module for
+/// the instance timing.
+fn policies(
+    runtime: &Runtime,
+    files: &[PolicyFile<'_>],
+) -> Result<(PolicyMap, Arc<CompiledModule>), String> {
+    let mut policies = PolicyMap::new();
+    for file in files {
+        let module = runtime.load(file.wasm).map_err(|e| e.to_string())?;
         let host = PolicyHost {
-            policy_id: id.to_owned(),
+            policy_id: file.id.to_owned(),
             grants: Grants::default(),
             cluster: None,
         };
         let policy = Policy::new(
-            id,
-            Arc::clone(module),
-            settings,
-            Enforcement::kwctl_run(id),
+            file.id,
+            module,
+            file.settings.clone(),
+            Enforcement::kwctl_run(file.id),
             runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT)),
             Arc::new(host),
         );
         block_on(policy.validate_settings())
-            .map(|()| (id.to_owned(), Arc::new(policy)))
-            .map_err(|message| format!("{id}: settings are not valid: {message}"))
-    };
-    let policies = [
-        policy(
-            "sidecarset",
-            &sidecarset,
-            sidecarset_settings(vec![scs_demo], "default", None),
-        )?,
-        policy("launch-priority", &launch_priority, Settings::new())?,
-        policy("add-label", &add_label, add_label_settings())?,
-    ];
-    Ok((policies.into_iter().collect(), sidecarset))
+            .map_err(|message| format!("{}: settings are not valid: {message}", file.id))?;
+        policies.insert(file.id.to_owned(), Arc::new(policy));
+    }
+    let sidecarset = runtime
+        .load(kruise_policy_modules::SIDECARSET.wasm)
+        .map_err(|e| e.to_string())?;
+    Ok((policies, sidecarset))
 }
 
 /// The bar's policy: one label added to every object.
@@ -243,4 +357,57 @@ fn instance_cost(
         median.as_secs_f64() * 1e6,
         times.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(requests: usize, p50_us: u64, p99_us: u64) -> Figures {
+        Figures {
+            requests,
+            errors: 0,
+            elapsed: Duration::from_secs(1),
+            p50: Duration::from_micros(p50_us),
+            p99: Duration::from_micros(p99_us),
+        }
+    }
+
+    #[test]
+    fn medians_are_per_figure_and_totals_are_summed() {
+        let rounds = [round(300, 9, 90), round(100, 30, 50), round(200, 10, 70)];
+        let medians = medians(&rounds);
+        assert!((medians.per_second - 200.0).abs() < 1e-9);
+        assert_eq!(medians.p50, Duration::from_micros(10));
+        assert_eq!(medians.p99, Duration::from_micros(70));
+        assert_eq!(medians.requests, 600);
+    }
+
+    #[test]
+    fn the_ratio_is_ours_over_policy_servers_with_the_spread_of_the_rounds() {
+        let ours = [
+            round(600, 500, 900),
+            round(800, 400, 800),
+            round(700, 460, 850),
+        ];
+        let theirs = [
+            round(100, 2000, 3000),
+            round(100, 2000, 3000),
+            round(200, 1000, 2000),
+        ];
+        let lines = comparison("http", "sidecarset", &ours, &theirs);
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[0].contains("ours") && lines[0].contains("700 req/s"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("policy-server") && lines[1].contains("100 req/s"));
+        assert!(
+            lines[2].contains("7.00x throughput (rounds 3.50x to 8.00x)"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[2].contains("p50 0.23x  p99 0.28x"), "{}", lines[2]);
+    }
 }
