@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kruise_core::cloneset::container_status as container;
@@ -37,7 +38,16 @@ fn running(pod: &Pod, name: &str) -> bool {
 }
 
 /// The CRI log of one attempt of a container, from kubelet's pod logs dir.
-fn container_log(node: &RealNode, pod: &Pod, container: &str, attempt: i32) -> String {
+/// The log of one run of a container, once `complete` says it is: a
+/// container reported running may not have written its lines yet. After
+/// 30 s, whatever the log holds (the caller's assertions then show it).
+async fn container_log(
+    node: &RealNode,
+    pod: &Pod,
+    container: &str,
+    attempt: i32,
+    complete: impl Fn(&str) -> bool,
+) -> String {
     let uid = pod.metadata.uid.as_deref().unwrap();
     let name = pod.metadata.name.as_deref().unwrap();
     let path = node
@@ -46,7 +56,14 @@ fn container_log(node: &RealNode, pod: &Pod, container: &str, attempt: i32) -> S
         .join(format!("{NAMESPACE}_{name}_{uid}"))
         .join(container)
         .join(format!("{attempt}.log"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        if complete(&log) || tokio::time::Instant::now() > deadline {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +143,11 @@ async fn in_place_image_change(node: &RealNode, pods: &Api<Pod>) {
             .unwrap()
             .starts_with("containerd://")
     );
-    assert!(container_log(node, &before, "app", 0).contains("kruise test image v1"));
+    let log = container_log(node, &before, "app", 0, |log| {
+        log.contains("kruise test image v1")
+    })
+    .await;
+    assert!(log.contains("kruise test image v1"), "app's log: {log}");
 
     let patch = json!({"spec": {"containers": [{"name": "app", "image": images.v2}]}});
     pods.patch("app", &PatchParams::default(), &Patch::Strategic(patch))
@@ -147,12 +168,13 @@ async fn in_place_image_change(node: &RealNode, pods: &Api<Pod>) {
     assert_eq!(sidecar_after.container_id, sidecar_before.container_id);
     assert_eq!(sidecar_after.restart_count, 0);
     assert_eq!(sidecar_after.image_id, sidecar_before.image_id);
-    let log = container_log(node, &after, "app", 1);
+    let v2_printed = |log: &str| log.contains("\nv2") || log.contains(" v2\n");
+    let log = container_log(node, &after, "app", 1, |log| {
+        log.contains("kruise test image v2") && v2_printed(log)
+    })
+    .await;
     assert!(log.contains("kruise test image v2"), "app's log: {log}");
-    assert!(
-        log.contains("\nv2") || log.contains(" v2\n"),
-        "app's log: {log}"
-    );
+    assert!(v2_printed(&log), "app's log: {log}");
 }
 
 /// A container whose env needs a missing ConfigMap key waits for it.
