@@ -14,7 +14,7 @@
 
 pub mod types;
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use serde_json::{Map, Value};
@@ -86,7 +86,7 @@ pub fn unstructured(value: &Value) -> String {
 /// value the Go type cannot hold.
 pub fn typed(value: &Value, go_type: &GoType) -> Result<String, String> {
     let mut out = String::new();
-    write_typed(&mut out, Some(value), go_type, "")?;
+    write_typed(&mut out, Some(value), go_type, Path::Root)?;
     Ok(out)
 }
 
@@ -98,12 +98,34 @@ pub fn as_go_value(value: &Value, go_type: &GoType) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("re-reading Go's JSON: {e}"))
 }
 
+/// Where the writer is in the document (`.spec.containers[0]`), for error
+/// messages only: a chain of borrowed segments on the stack, so the
+/// writer allocates nothing for it unless a value does not fit.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Field(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+    Key(&'a Path<'a>, &'a str),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Field(parent, name) => write!(f, "{parent}.{name}"),
+            Path::Index(parent, index) => write!(f, "{parent}[{index}]"),
+            Path::Key(parent, key) => write!(f, "{parent}[{key}]"),
+        }
+    }
+}
+
 /// Writes `value` (`None` or null: Go's zero value) as `go_type`.
 fn write_typed(
     out: &mut String,
     value: Option<&Value>,
     go_type: &GoType,
-    path: &str,
+    path: Path<'_>,
 ) -> Result<(), String> {
     let value = value.filter(|v| !v.is_null());
     let mismatch = || format!("{path}: {value:?} is not a Go {go_type:?}");
@@ -116,10 +138,10 @@ fn write_typed(
         (GoType::Bool, Some(Value::Bool(b))) => out.push_str(if *b { "true" } else { "false" }),
         (GoType::Int | GoType::IntOrString, None) => out.push('0'),
         (GoType::Int, Some(Value::Number(n))) if n.is_i64() || n.is_u64() => {
-            out.push_str(&n.to_string());
+            let _ = write!(out, "{n}");
         }
         (GoType::IntOrString, Some(Value::Number(n))) if n.is_i64() => {
-            out.push_str(&n.to_string());
+            let _ = write!(out, "{n}");
         }
         (GoType::Quantity, None) => out.push_str("\"0\""),
         (GoType::Quantity, Some(value)) => {
@@ -139,7 +161,7 @@ fn write_typed(
                 if index > 0 {
                     out.push(',');
                 }
-                write_typed(out, Some(element), item, &format!("{path}[{index}]"))?;
+                write_typed(out, Some(element), item, Path::Index(&path, index))?;
             }
             out.push(']');
         }
@@ -153,7 +175,7 @@ fn write_typed(
                 }
                 write_string(out, key);
                 out.push(':');
-                write_typed(out, entries.get(key), item, &format!("{path}[{key}]"))?;
+                write_typed(out, entries.get(key), item, Path::Key(&path, key))?;
             }
             out.push('}');
         }
@@ -170,7 +192,7 @@ fn write_struct(
     out: &mut String,
     object: &Map<String, Value>,
     fields: &[Field],
-    path: &str,
+    path: Path<'_>,
 ) -> Result<(), String> {
     out.push('{');
     let mut first = true;
@@ -183,7 +205,7 @@ fn write_fields(
     out: &mut String,
     object: &Map<String, Value>,
     fields: &[Field],
-    path: &str,
+    path: Path<'_>,
     first: &mut bool,
 ) -> Result<(), String> {
     for field in fields {
@@ -204,7 +226,7 @@ fn write_fields(
                 *first = false;
                 write_string(out, name);
                 out.push(':');
-                write_typed(out, value, go_type, &format!("{path}.{name}"))?;
+                write_typed(out, value, go_type, Path::Field(&path, name))?;
             }
         }
     }
@@ -271,26 +293,35 @@ fn write_unstructured(out: &mut String, value: &Value) {
     }
 }
 
+/// A JSON string as Go escapes it. Runs of characters that need no escape
+/// are copied whole.
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+    let mut plain_from = 0;
+    for (at, c) in s.char_indices() {
+        // `None`: written as a `\u` escape.
+        let escape = match c {
+            '"' => Some("\\\""),
+            '\\' => Some("\\\\"),
+            '\n' => Some("\\n"),
+            '\r' => Some("\\r"),
+            '\t' => Some("\\t"),
+            '\u{8}' => Some("\\b"),
+            '\u{c}' => Some("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => None,
+            c if u32::from(c) < 0x20 => None,
+            _ => continue,
+        };
+        out.push_str(&s[plain_from..at]);
+        match escape {
+            Some(escape) => out.push_str(escape),
+            None => {
                 let _ = write!(out, "\\u{:04x}", u32::from(c));
             }
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
         }
+        plain_from = at + c.len_utf8();
     }
+    out.push_str(&s[plain_from..]);
     out.push('"');
 }
 
@@ -370,6 +401,29 @@ mod tests {
             error.starts_with(".limits[cpu]: quantities must match"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn strings_are_escaped_as_go_escapes_them() {
+        let mut out = String::new();
+        write_string(&mut out, "é\"q\\\n\r\t\u{8}\u{c}\u{1}<a>&\u{2028}\u{2029}ü");
+        assert_eq!(
+            out,
+            r#""é\"q\\\n\r\t\b\f\u0001\u003ca\u003e\u0026\u2028\u2029ü""#
+        );
+        out.clear();
+        write_string(&mut out, "plain");
+        assert_eq!(out, r#""plain""#);
+    }
+
+    #[test]
+    fn an_error_names_the_path_to_the_value() {
+        const LIST: GoType = GoType::Struct(&[field(
+            "items",
+            GoType::Slice(&GoType::Struct(&[field("m", GoType::Map(&GoType::Int))])),
+        )]);
+        let error = typed(&json!({"items": [{}, {"m": {"k": "x"}}]}), &LIST).unwrap_err();
+        assert!(error.starts_with(".items[1].m[k]: "), "{error}");
     }
 
     #[test]

@@ -27,19 +27,19 @@ use crate::history::safe_encode;
 /// which validation refuses) are hashed over their unstructured JSON
 /// instead: stable, though OpenKruise has no hash to compare it with.
 pub fn sidecarset_hashes(spec: &SidecarSetSpec) -> (String, String) {
-    let with_image = hash_containers(&spec.containers, &spec.init_containers);
-    let blank = |containers: &[SidecarContainer]| -> Vec<SidecarContainer> {
-        containers
-            .iter()
-            .cloned()
-            .map(|mut c| {
-                c.container.image = None;
-                c
-            })
-            .collect()
-    };
-    let without_image = hash_containers(&blank(&spec.containers), &blank(&spec.init_containers));
-    (with_image, without_image)
+    let mut input = hash_input(&spec.containers, &spec.init_containers);
+    let with_image = hash_of(&input);
+    // A container without an image serializes without the key.
+    let lists = input
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|m| m.values_mut());
+    for list in lists.filter_map(Value::as_array_mut) {
+        for container in list.iter_mut().filter_map(Value::as_object_mut) {
+            container.remove("image");
+        }
+    }
+    (with_image, hash_of(&input))
 }
 
 /// Write both hash annotations onto a SidecarSet, as OpenKruise's SidecarSet
@@ -70,10 +70,9 @@ pub fn prepare_stored(mut sidecar_set: SidecarSet) -> SidecarSet {
     sidecar_set
 }
 
-fn hash_containers(
-    containers: &[SidecarContainer],
-    init_containers: &[SidecarContainer],
-) -> String {
+/// `{"containers": …}`, with `"initContainers"` when one is a native
+/// sidecar.
+fn hash_input(containers: &[SidecarContainer], init_containers: &[SidecarContainer]) -> Value {
     let mut input = serde_json::Map::new();
     input.insert("containers".to_owned(), to_json(containers));
     if init_containers
@@ -82,9 +81,12 @@ fn hash_containers(
     {
         input.insert("initContainers".to_owned(), to_json(init_containers));
     }
-    let input = Value::Object(input);
-    let json = go_json::typed(&input, &SIDECARSET_HASH_INPUT)
-        .unwrap_or_else(|_| go_json::unstructured(&input));
+    Value::Object(input)
+}
+
+fn hash_of(input: &Value) -> String {
+    let json = go_json::typed(input, &SIDECARSET_HASH_INPUT)
+        .unwrap_or_else(|_| go_json::unstructured(input));
     safe_encode(&hex(&Sha256::digest(json.as_bytes())))
 }
 
