@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
 use kruise_policy_modules::SIDECARSET;
-use kruise_policy_sidecarset::{Environment, NoCluster, prepare, respond};
+use kruise_policy_sidecarset::{Environment, Instance, NoCluster, prepare};
 use serde_json::{Value, json};
 
 const NOW: &str = "2026-11-29T10:00:00Z";
@@ -113,7 +113,17 @@ fn injection(c: &mut Criterion) {
             cluster: &NoCluster,
         };
         group.bench_function("native policy (payload to response)", |b| {
-            b.iter(|| respond(black_box(&payload), &environment).unwrap());
+            b.iter(|| {
+                Instance::default()
+                    .respond(black_box(&payload), &environment)
+                    .unwrap()
+            });
+        });
+        // What our host's snapshot after validate_settings gives each
+        // evaluation: the inline SidecarSets already prepared.
+        group.bench_function("native policy, SidecarSets prepared", |b| {
+            let mut instance = Instance::default();
+            b.iter(|| instance.respond(black_box(&payload), &environment).unwrap());
         });
 
         let host = new_host(&engine, &module);

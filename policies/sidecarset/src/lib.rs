@@ -8,6 +8,7 @@ mod settings;
 /// validating policy.
 pub use kruise_policy_support::cluster;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -30,11 +31,92 @@ pub struct Environment<'a, C: Cluster> {
     pub cluster: &'a C,
 }
 
-/// The decision for one admission request. A SidecarSet of the cluster
-/// that cannot be read is left out, and named in a warning.
-pub fn evaluate<C: Cluster>(
+/// What a module instance keeps between calls: the inline SidecarSets of
+/// the last settings it saw, read strictly, defaulted and hashed.
+/// Kubewarden sends the settings with every request, and both hosts give
+/// every request a fresh instance; but our host starts those instances
+/// from a snapshot taken after `validate_settings`, so with it the
+/// SidecarSets are prepared once per policy, not once per pod.
+#[derive(Debug, Default)]
+pub struct Instance {
+    inline: Option<InlineSidecarSets>,
+}
+
+#[derive(Debug)]
+struct InlineSidecarSets {
+    /// The documents as the settings gave them: the key of `read`.
+    documents: Vec<serde_json::Value>,
+    read: Result<Vec<SidecarSet>, String>,
+}
+
+impl Instance {
+    /// The `validate` waPC operation: payload in, Kubewarden response out.
+    pub fn respond<C: Cluster>(
+        &mut self,
+        payload: &[u8],
+        environment: &Environment<'_, C>,
+    ) -> Result<Vec<u8>, String> {
+        let answer = match read_request::<Settings>(payload) {
+            Ok(request) => self.evaluate(&request.request, &request.settings, environment),
+            Err(message) => Outcome::bad_request(message).into(),
+        };
+        answer.into_payload().map_err(|e| e.to_string())
+    }
+
+    /// The `validate_settings` waPC operation. The inline SidecarSets it
+    /// reads are kept: a host that snapshots the instance after this call
+    /// (ours does, `io.kruise-wasm/snapshot-after-validate-settings`)
+    /// starts every evaluation with them prepared.
+    pub fn validate_settings(&mut self, payload: &[u8]) -> Result<Vec<u8>, String> {
+        let verdict = read_settings::<Settings>(payload).and_then(|settings| {
+            let inline = self.inline_sidecar_sets(&settings);
+            settings.validate(inline)
+        });
+        let response = match verdict {
+            Ok(()) => serde_json::json!({ "valid": true, "message": null }),
+            Err(message) => serde_json::json!({ "valid": false, "message": message }),
+        };
+        serde_json::to_vec(&response).map_err(|e| e.to_string())
+    }
+
+    /// The decision for one admission request. A SidecarSet of the cluster
+    /// that cannot be read is left out, and named in a warning.
+    pub fn evaluate<C: Cluster>(
+        &mut self,
+        request: &KubernetesAdmissionRequest,
+        settings: &Settings,
+        environment: &Environment<'_, C>,
+    ) -> Answer {
+        let inline = self.inline_sidecar_sets(settings);
+        evaluate(request, settings, inline, environment)
+    }
+
+    /// The inline SidecarSets prepared, from the last request's if the
+    /// settings give the same documents.
+    fn inline_sidecar_sets(&mut self, settings: &Settings) -> Option<Result<&[SidecarSet], &str>> {
+        let documents = settings.sidecar_sets.as_ref()?;
+        let stale = self
+            .inline
+            .as_ref()
+            .is_none_or(|kept| kept.documents != *documents);
+        if stale {
+            let read = settings.inline_sidecar_sets()?;
+            self.inline = Some(InlineSidecarSets {
+                documents: documents.clone(),
+                read,
+            });
+        }
+        self.inline.as_ref().map(|kept| match &kept.read {
+            Ok(sidecar_sets) => Ok(sidecar_sets.as_slice()),
+            Err(message) => Err(message.as_str()),
+        })
+    }
+}
+
+fn evaluate<C: Cluster>(
     request: &KubernetesAdmissionRequest,
     settings: &Settings,
+    inline: Option<Result<&[SidecarSet], &str>>,
     environment: &Environment<'_, C>,
 ) -> Answer {
     let pod = match pod_to_create(request) {
@@ -49,7 +131,7 @@ pub fn evaluate<C: Cluster>(
         .filter(|n| !n.is_empty())
         .or_else(|| Some(request.namespace.clone()).filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "default".to_owned());
-    let state = match ClusterState::read(settings, &namespace, environment.cluster) {
+    let state = match ClusterState::read(settings, inline, &namespace, environment.cluster) {
         Ok(state) => state,
         Err(message) => {
             return Outcome::Reject { message, code: 500 }.into();
@@ -69,7 +151,7 @@ pub fn evaluate<C: Cluster>(
 fn inject_pod<C: Cluster>(
     pod: &Pod,
     request: &KubernetesAdmissionRequest,
-    state: &ClusterState,
+    state: &ClusterState<'_>,
     environment: &Environment<'_, C>,
 ) -> Outcome {
     let context = InjectionContext {
@@ -93,19 +175,24 @@ fn inject_pod<C: Cluster>(
 }
 
 /// What injection reads: from the settings, or from the cluster.
-struct ClusterState {
-    sidecar_sets: Vec<SidecarSet>,
+struct ClusterState<'a> {
+    sidecar_sets: Cow<'a, [SidecarSet]>,
     /// Why each SidecarSet of the cluster that could not be read was left out.
     unreadable: Vec<String>,
     namespace_labels: Option<BTreeMap<String, String>>,
     revisions: Vec<ControllerRevision>,
 }
 
-impl ClusterState {
-    fn read<C: Cluster>(settings: &Settings, namespace: &str, cluster: &C) -> Result<Self, String> {
-        if let Some(inline) = settings.inline_sidecar_sets() {
+impl<'a> ClusterState<'a> {
+    fn read<C: Cluster>(
+        settings: &Settings,
+        inline: Option<Result<&'a [SidecarSet], &str>>,
+        namespace: &str,
+        cluster: &C,
+    ) -> Result<Self, String> {
+        if let Some(inline) = inline {
             return Ok(Self {
-                sidecar_sets: inline?,
+                sidecar_sets: Cow::Borrowed(inline.map_err(str::to_owned)?),
                 namespace_labels: settings
                     .namespace_labels
                     .as_ref()
@@ -137,7 +224,7 @@ impl ClusterState {
             }
         }
         Ok(Self {
-            sidecar_sets,
+            sidecar_sets: Cow::Owned(sidecar_sets),
             unreadable: listed.unreadable,
             namespace_labels,
             revisions,
@@ -145,37 +232,26 @@ impl ClusterState {
     }
 }
 
-/// The `validate` waPC operation: payload in, Kubewarden response out.
-pub fn respond<C: Cluster>(
-    payload: &[u8],
-    environment: &Environment<'_, C>,
-) -> Result<Vec<u8>, String> {
-    let answer = match read_request::<Settings>(payload) {
-        Ok(request) => evaluate(&request.request, &request.settings, environment),
-        Err(message) => Outcome::bad_request(message).into(),
-    };
-    answer.into_payload().map_err(|e| e.to_string())
-}
-
-/// The `validate_settings` waPC operation.
-pub fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
-    let verdict = read_settings::<Settings>(payload).and_then(|settings| settings.validate());
-    let response = match verdict {
-        Ok(()) => serde_json::json!({ "valid": true, "message": null }),
-        Err(message) => serde_json::json!({ "valid": false, "message": message }),
-    };
-    serde_json::to_vec(&response).map_err(|e| e.to_string())
-}
-
 #[cfg(target_arch = "wasm32")]
 mod guest {
+    use std::cell::RefCell;
+
     use crate::cluster::HostCluster;
-    use crate::{Environment, respond};
+    use crate::{Environment, Instance};
+
+    thread_local! {
+        /// A waPC module instance serves its requests one at a time.
+        static INSTANCE: RefCell<Instance> = RefCell::default();
+    }
 
     kruise_policy_support::export_policy!(
         validate: validate,
-        validate_settings: crate::validate_settings,
+        validate_settings: validate_settings,
     );
+
+    fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
+        INSTANCE.with_borrow_mut(|instance| instance.validate_settings(payload))
+    }
 
     fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
         let now = kruise_policy_support::clock::now_rfc3339();
@@ -184,6 +260,40 @@ mod guest {
             random_draw: kruise_policy_support::clock::random_unit(),
             cluster: &HostCluster,
         };
-        respond(payload, &environment)
+        INSTANCE.with_borrow_mut(|instance| instance.respond(payload, &environment))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::Instance;
+
+    const SIDECAR_SET: &str = r#"{"sidecarSets": [{"apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "SidecarSet", "metadata": {"name": "s"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}]}"#;
+
+    /// What a host snapshots after `validate_settings` must hold the
+    /// prepared SidecarSets, or the snapshot saves nothing.
+    #[test]
+    fn validate_settings_keeps_the_prepared_sidecarsets() {
+        let mut instance = Instance::default();
+        let verdict = instance.validate_settings(SIDECAR_SET.as_bytes()).unwrap();
+        let verdict: serde_json::Value = serde_json::from_slice(&verdict).unwrap();
+        assert_eq!(verdict, json!({"valid": true, "message": null}));
+        let kept = instance.inline.as_ref().unwrap();
+        let prepared = kept.read.as_ref().unwrap();
+        assert_eq!(prepared[0].metadata.name.as_deref(), Some("s"));
+        assert!(
+            prepared[0]
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("kruise.io/sidecarset-hash")),
+            "not prepared: {prepared:?}"
+        );
     }
 }

@@ -42,9 +42,11 @@ impl Settings {
         )
     }
 
-    pub fn validate(&self) -> Result<(), String> {
-        if let Some(parsed) = self.inline_sidecar_sets() {
-            let sidecar_sets = parsed?;
+    /// Checks the settings, given their inline SidecarSets as
+    /// [`Settings::inline_sidecar_sets`] read them.
+    pub fn validate(&self, inline: Option<Result<&[SidecarSet], &str>>) -> Result<(), String> {
+        if let Some(parsed) = inline {
+            let sidecar_sets = parsed.map_err(str::to_owned)?;
             let mut names: Vec<_> = sidecar_sets
                 .iter()
                 .filter_map(|s| s.metadata.name.as_deref())

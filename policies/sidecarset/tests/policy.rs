@@ -9,7 +9,7 @@ use std::path::Path;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_policy_sidecarset::cluster::{read_sidecar_sets, requests};
 use kruise_policy_sidecarset::{
-    Cluster, Environment, ListedSidecarSets, NoCluster, Settings, evaluate, validate_settings,
+    Cluster, Environment, Instance, ListedSidecarSets, NoCluster, Settings,
 };
 use kruise_policy_support::Outcome;
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
@@ -38,7 +38,9 @@ fn run<C: Cluster>(settings: &Settings, pod: &Value, cluster: &C) -> Outcome {
         random_draw: 0.5,
         cluster,
     };
-    evaluate(&pod_create(pod), settings, &environment).outcome
+    Instance::default()
+        .evaluate(&pod_create(pod), settings, &environment)
+        .outcome
 }
 
 fn inline(sidecar_sets: Vec<Value>) -> Settings {
@@ -83,6 +85,39 @@ fn inline_sidecarsets_inject_the_users_example() {
     assert_eq!(hashes["scs-demo"]["hash"].as_str().unwrap().len(), 64);
 }
 
+/// One instance serves many requests: what it keeps from the last
+/// settings must follow every change of them.
+#[test]
+fn an_instance_follows_each_change_of_the_inline_sidecarsets() {
+    let environment = Environment {
+        now: NOW,
+        random_draw: 0.5,
+        cluster: &NoCluster,
+    };
+    let request = pod_create(&example("pod-test-pod.yaml"));
+    let demo = example("sidecarset-scs-demo.yaml");
+    let mut renamed = demo.clone();
+    renamed["spec"]["containers"][0]["name"] = json!("sidecar2");
+    let mut typo = demo.clone();
+    typo["spec"]["containerz"] = json!([]);
+    let mut instance = Instance::default();
+    let mut first_container =
+        |settings: &Settings| match instance.evaluate(&request, settings, &environment).outcome {
+            Outcome::Mutate(pod) => Ok(container_names(&pod)[0].to_owned()),
+            other => Err(format!("{other:?}")),
+        };
+    assert_eq!(
+        first_container(&inline(vec![demo.clone()])).unwrap(),
+        "sidecar1"
+    );
+    assert_eq!(first_container(&inline(vec![renamed])).unwrap(), "sidecar2");
+    let refused = first_container(&inline(vec![typo.clone()])).unwrap_err();
+    assert!(refused.contains("containerz"), "{refused}");
+    let refused_again = first_container(&inline(vec![typo])).unwrap_err();
+    assert_eq!(refused_again, refused);
+    assert_eq!(first_container(&inline(vec![demo])).unwrap(), "sidecar1");
+}
+
 #[test]
 fn a_pod_no_sidecarset_selects_is_accepted_unchanged() {
     let settings = inline(vec![example("sidecarset-scs-demo.yaml")]);
@@ -102,7 +137,7 @@ fn requests_other_than_pod_create_are_accepted() {
         cluster: &NoCluster,
     };
     assert_eq!(
-        evaluate(&request, &settings, &environment),
+        Instance::default().evaluate(&request, &settings, &environment),
         Outcome::Accept.into()
     );
 }
@@ -193,7 +228,7 @@ fn an_unreadable_sidecarset_is_left_out_with_a_warning() {
         cluster: &cluster,
     };
     let request = pod_create(&example("pod-test-pod.yaml"));
-    let answer = evaluate(&request, &Settings::default(), &environment);
+    let answer = Instance::default().evaluate(&request, &Settings::default(), &environment);
     let Outcome::Mutate(pod) = &answer.outcome else {
         panic!("expected the good SidecarSet injected: {answer:?}");
     };
@@ -247,8 +282,8 @@ fn host_requests_use_kubewardens_wire_shapes() {
 }
 
 fn settings_verdict(settings: &Value) -> Value {
-    serde_json::from_slice(&validate_settings(&serde_json::to_vec(settings).unwrap()).unwrap())
-        .unwrap()
+    let payload = serde_json::to_vec(settings).unwrap();
+    serde_json::from_slice(&Instance::default().validate_settings(&payload).unwrap()).unwrap()
 }
 
 #[test]
