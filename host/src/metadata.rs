@@ -20,7 +20,17 @@ pub struct Metadata {
     /// `kwctl run --allow-context-aware` does.
     #[serde(default)]
     pub context_aware_resources: Vec<crate::capabilities::ContextAwareResource>,
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
+
+/// The annotation with which a module says that the state
+/// `validate_settings` leaves is where each evaluation may start (it keeps
+/// what it prepared from the settings, and nothing else). Our host then
+/// evaluates from a snapshot taken after that call; policy-server ignores
+/// it.
+pub const SNAPSHOT_AFTER_VALIDATE_SETTINGS: &str =
+    "io.kruise-wasm/snapshot-after-validate-settings";
 
 fn default_execution_mode() -> String {
     "kubewarden-wapc".to_owned()
@@ -34,6 +44,13 @@ impl Metadata {
         )?;
         serde_json::from_slice(payload)
             .map_err(|e| format!("its io.kubewarden.metadata is not valid: {e}"))
+    }
+
+    /// Whether the module carries [`SNAPSHOT_AFTER_VALIDATE_SETTINGS`]: "true".
+    pub fn snapshot_after_validate_settings(&self) -> bool {
+        self.annotations
+            .get(SNAPSHOT_AFTER_VALIDATE_SETTINGS)
+            .is_some_and(|value| value == "true")
     }
 
     /// What policy-server requires of a module before it serves it.
@@ -134,6 +151,25 @@ mod tests {
             Metadata::of(b"\0asm\x01\0\0\0\0\x7f").is_err(),
             "a truncated section"
         );
+    }
+
+    #[test]
+    fn a_module_asks_for_its_snapshot_by_annotation() {
+        let metadata = |annotations: &str| {
+            let section = format!(r#"{{"protocolVersion":"v1","annotations":{annotations}}}"#);
+            Metadata::of(&module_with_sections(&[&section])).unwrap()
+        };
+        let key = SNAPSHOT_AFTER_VALIDATE_SETTINGS;
+        assert!(metadata(&format!(r#"{{"{key}":"true"}}"#)).snapshot_after_validate_settings());
+        assert!(!metadata(&format!(r#"{{"{key}":"false"}}"#)).snapshot_after_validate_settings());
+        assert!(!metadata("{}").snapshot_after_validate_settings());
+        let ours = |module: &kruise_policy_modules::PolicyModule| {
+            Metadata::of(module.wasm)
+                .unwrap()
+                .snapshot_after_validate_settings()
+        };
+        assert!(ours(&kruise_policy_modules::SIDECARSET));
+        assert!(!ours(&kruise_policy_modules::LAUNCH_PRIORITY));
     }
 
     #[test]

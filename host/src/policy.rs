@@ -18,7 +18,7 @@ use crate::capabilities::{Grants, PolicyHost};
 use crate::cluster_fixtures::ClusterReads;
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
-use crate::runtime::{CompiledModule, HostCalls, Limits, Runtime, block_on};
+use crate::runtime::{CompiledModule, HostCalls, Limits, LoadError, Runtime, block_on};
 
 pub struct Policy {
     pub id: String,
@@ -70,7 +70,7 @@ impl Policy {
     /// `Err` carries the policy's explanation. A guest failure counts as
     /// invalid settings, with the failure as the explanation.
     pub async fn validate_settings(&self) -> Result<(), String> {
-        let payload = serde_json::to_vec(&self.settings).unwrap_or_default();
+        let payload = settings_payload(&self.settings);
         let answer = self
             .module
             .call(
@@ -188,14 +188,13 @@ fn load_policy(
     Metadata::of(&wasm)
         .and_then(|metadata| metadata.check_servable())
         .map_err(|message| fail(format!("module {}: {message}", path.display())))?;
-    let module = runtime
-        .load(&wasm)
-        .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
     let settings = settings_from_value(entry.settings).map_err(fail)?;
     let timeout = entry
         .timeout_eval_seconds
         .map(Duration::from_secs)
         .or(default_timeout);
+    let module = load_module(runtime, id, &wasm, &settings, runtime.limits(timeout))
+        .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
     let host = PolicyHost {
         policy_id: id.to_owned(),
         grants: Grants {
@@ -218,4 +217,41 @@ fn load_policy(
         runtime.limits(timeout),
         Arc::new(host),
     ))
+}
+
+/// The module as a policy with `settings` evaluates it: from a snapshot
+/// taken after `validate_settings` when there are settings and the module
+/// asks for one
+/// ([`Metadata::snapshot_after_validate_settings`]), else from its own
+/// initial state. A snapshot that cannot be taken is only slower, never
+/// another answer: the module is then used as it is (and a guest that
+/// fails `validate_settings` is reported by the settings check after).
+pub fn load_module(
+    runtime: &Runtime,
+    policy_id: &str,
+    wasm: &[u8],
+    settings: &Settings,
+    limits: Limits,
+) -> Result<Arc<CompiledModule>, LoadError> {
+    // With no settings there is nothing to prepare, and a snapshot costs
+    // two more compilations of the module.
+    if !settings.is_empty()
+        && Metadata::of(wasm).is_ok_and(|metadata| metadata.snapshot_after_validate_settings())
+    {
+        let payload = settings_payload(settings);
+        match runtime.load_snapshot(wasm, "validate_settings", &payload, limits) {
+            Ok(module) => return Ok(module),
+            Err(error) => tracing::warn!(
+                policy = policy_id,
+                %error,
+                "evaluations start from the module's own initial state"
+            ),
+        }
+    }
+    runtime.load(wasm)
+}
+
+/// The `validate_settings` payload: the settings as JSON.
+fn settings_payload(settings: &Settings) -> Vec<u8> {
+    serde_json::to_vec(settings).unwrap_or_default()
 }

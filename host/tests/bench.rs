@@ -8,6 +8,32 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+/// A brief run: timings mean nothing here, only that every request is
+/// answered.
+const BRIEF: [&str; 6] = [
+    "--duration",
+    "0.3",
+    "--connections",
+    "2",
+    "--instances",
+    "3",
+];
+
+const WORKLOADS: [&str; 4] = [
+    "add-label",
+    "launch-priority",
+    "sidecarset",
+    "sidecarset-no-snapshot",
+];
+
+/// The report's lines for `transport` and `policy` (its second column).
+fn lines_of<'a>(report: &'a str, transport: &str, policy: &str) -> Vec<&'a str> {
+    report
+        .lines()
+        .filter(|l| l.starts_with(transport) && l.split_whitespace().nth(1) == Some(policy))
+        .collect()
+}
+
 fn bench(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kruise-wasm"))
         .arg("bench")
@@ -21,34 +47,28 @@ fn bench(args: &[&str]) -> std::process::Output {
 fn bench_loads_both_transports_without_errors() {
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
     let file = |name: &str| tls.join(name).to_str().unwrap().to_owned();
-    let output = bench(&[
-        "--duration",
-        "0.3",
-        "--connections",
-        "2",
-        "--instances",
-        "3",
+    let tls_args = [
         "--cert-file",
         &file("server.pem"),
         "--key-file",
         &file("server-key.pem"),
         "--ca-file",
         &file("ca.pem"),
-    ]);
+    ];
+    let output = bench(&[&BRIEF[..], &tls_args].concat());
     assert!(output.status.success(), "{output:?}");
     let report = String::from_utf8(output.stdout).unwrap();
-    let runs: Vec<&str> = report.lines().filter(|l| l.contains("req/s")).collect();
-    let expected: Vec<(&str, &str)> = ["http ", "https"]
-        .into_iter()
-        .flat_map(|transport| {
-            ["add-label", "launch-priority", "sidecarset"].map(|policy| (transport, policy))
-        })
-        .collect();
-    assert_eq!(runs.len(), expected.len(), "{report}");
-    for (run, (transport, policy)) in runs.iter().zip(expected) {
-        assert!(run.starts_with(transport) && run.contains(policy), "{run}");
-        assert!(run.ends_with(" 0 errors)"), "{run}");
-        assert!(!run.contains("(0 requests"), "{run}");
+    let runs = report.lines().filter(|l| l.contains("req/s")).count();
+    assert_eq!(runs, 2 * WORKLOADS.len(), "{report}");
+    for transport in ["http ", "https"] {
+        for policy in WORKLOADS {
+            let lines = lines_of(&report, transport, policy);
+            let [run] = lines[..] else {
+                panic!("{transport} {policy}: {report}");
+            };
+            assert!(run.ends_with(" 0 errors)"), "{run}");
+            assert!(!run.contains("(0 requests"), "{run}");
+        }
     }
     assert!(report.contains("over 3 instances"), "{report}");
 }
@@ -79,25 +99,22 @@ fn bench_beside_policy_server_reports_both_servers_and_the_ratio() {
         "no policy-server at {}",
         policy_server.display()
     );
-    let output = bench(&[
-        "--duration",
-        "0.3",
-        "--connections",
-        "2",
-        "--instances",
-        "3",
-        "--rounds",
-        "1",
-        "--policy-server",
-        policy_server.to_str().unwrap(),
-    ]);
+    let output = bench(
+        &[
+            &BRIEF[..],
+            &[
+                "--rounds",
+                "1",
+                "--policy-server",
+                policy_server.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
     assert!(output.status.success(), "{output:?}");
     let report = String::from_utf8(output.stdout).unwrap();
-    for policy in ["add-label", "launch-priority", "sidecarset"] {
-        let lines: Vec<&str> = report
-            .lines()
-            .filter(|l| l.starts_with("http ") && l.contains(policy))
-            .collect();
+    for policy in WORKLOADS {
+        let lines = lines_of(&report, "http ", policy);
         assert_eq!(lines.len(), 3, "{report}");
         for (line, server) in lines.iter().zip(["ours", "policy-server"]) {
             assert!(line.contains(server), "{line}");

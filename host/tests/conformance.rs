@@ -10,10 +10,12 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    HostFn, denying_host, golden_cases, our_call, pod_create, reference_call, validation_request,
+    FnHost, HostFn, denying_host, golden_cases, our_call, pod_create, reference_call, runtime,
+    validation_request,
 };
 use kruise_policy_modules::fixtures::blank_drawn_values;
 use kruise_policy_modules::{ALL, BENCH_ADD_LABEL, PolicyModule, SIDECARSET};
+use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, block_on};
 use serde_json::{Value, json};
 
 /// A case run: the request, its settings, and the cluster its host calls see.
@@ -167,6 +169,50 @@ fn validate_answers_the_same_bytes_on_every_golden_case() {
         host_calls_answered > 30,
         "only {host_calls_answered} cluster reads"
     );
+}
+
+/// Our host evaluates the sidecarset module from a snapshot taken after
+/// `validate_settings` with one case's inline SidecarSets. Every inline
+/// case, with those settings (prepared in the snapshot) or with others (the
+/// guest prepares them again), must answer what the reference host answers
+/// from the module's own initial state.
+#[test]
+fn a_snapshot_after_validate_settings_answers_as_the_module_itself() {
+    let runs: Vec<Run> = runs()
+        .into_iter()
+        .filter(|run| run.label.ends_with("(inline)"))
+        .collect();
+    assert!(runs.len() > 50, "only {} inline runs", runs.len());
+    let settings_of = |run: &Run| {
+        let payload: Value = serde_json::from_slice(&run.payload).unwrap();
+        serde_json::to_vec(&payload["settings"]).unwrap()
+    };
+    let snapshot_settings = settings_of(&runs[0]);
+    let limits = runtime().limits(Some(DEFAULT_TIMEOUT));
+    let module = runtime()
+        .load_snapshot(
+            SIDECARSET.wasm,
+            "validate_settings",
+            &snapshot_settings,
+            limits,
+        )
+        .unwrap();
+    let mut with_snapshot_settings = 0;
+    for run in &runs {
+        let host = Arc::new(FnHost(run.host.clone()));
+        let ours = block_on(module.call("validate", &run.payload, limits, host));
+        let ours = normalised(ours.map_err(|e| e.to_string()), run);
+        let reference = normalised(
+            reference_call(SIDECARSET.wasm, "validate", &run.payload, run.host.clone()),
+            run,
+        );
+        assert_eq!(ours, reference, "{}", run.label);
+        if settings_of(run) == snapshot_settings {
+            with_snapshot_settings += 1;
+        }
+    }
+    assert!(with_snapshot_settings >= 1);
+    assert!(with_snapshot_settings < runs.len());
 }
 
 #[test]

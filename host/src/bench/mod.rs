@@ -5,7 +5,9 @@
 //! Workloads: the bar's own (the add-label bench module: one label added to
 //! the seed pod), launch-priority on the Ordered example pod (a small
 //! mutation through typed Kubernetes objects), and the sidecarset module on
-//! the seed pod (`pod-test-pod` with `scs-demo`).
+//! the seed pod (`pod-test-pod` with `scs-demo` inline), as our server
+//! serves it (from a snapshot taken after validate_settings) and without
+//! that snapshot.
 //!
 //! With `--policy-server`, Kubewarden's policy-server serves the same
 //! modules and settings beside ours, with the same workers and transport,
@@ -29,7 +31,7 @@ use serde_json::{Value, json};
 use crate::admission::{AdmissionRequest, Enforcement, Settings};
 use crate::capabilities::{Grants, PolicyHost};
 use crate::inject::{pod_create_request, sidecarset_settings};
-use crate::policy::Policy;
+use crate::policy::{Policy, load_module};
 use crate::runtime::{CompiledModule, Limits, Runtime, block_on};
 use crate::server::api::Policies;
 use crate::server::{self, ServerConfig, TlsFiles};
@@ -40,6 +42,10 @@ const SEED_POD: &str = include_str!("../../../policies/fixtures/examples/pod-tes
 const SCS_DEMO: &str = include_str!("../../../policies/fixtures/examples/sidecarset-scs-demo.yaml");
 const ORDERED_POD: &str =
     include_str!("../../../policies/fixtures/examples/pod-launch-ordered.yaml");
+
+/// The sidecarset workload's policy without the snapshot our server
+/// takes after validate_settings.
+const NO_SNAPSHOT: &str = "sidecarset-no-snapshot";
 
 /// The longest run accepted: a bench must not hold a shared machine.
 pub const MAX_DURATION: Duration = Duration::from_mins(1);
@@ -74,6 +80,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
         ("add-label", review(SEED_POD)?),
         ("launch-priority", review(ORDERED_POD)?),
         ("sidecarset", review(SEED_POD)?),
+        (NO_SNAPSHOT, review(SEED_POD)?),
     ];
     for (policy, body) in &workloads {
         check_mutates(&policies, policy, body)?;
@@ -187,7 +194,7 @@ fn comparison(transport: &str, policy: &str, ours: &[Figures], theirs: &[Figures
     let (mine, other) = (medians(ours), medians(theirs));
     let server_line = |server: &str, m: &Medians| {
         format!(
-            "{transport:5} {policy:15} {server:13} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  ({} requests, {} errors, {} rounds)",
+            "{transport:5} {policy:22} {server:13} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  ({} requests, {} errors, {} rounds)",
             m.per_second,
             m.p50.as_secs_f64() * 1e3,
             m.p99.as_secs_f64() * 1e3,
@@ -207,7 +214,7 @@ fn comparison(transport: &str, policy: &str, ours: &[Figures], theirs: &[Figures
         server_line("ours", &mine),
         server_line("policy-server", &other),
         format!(
-            "{transport:5} {policy:15} {:13} {:>7.2}x throughput (rounds {lowest:.2}x to {highest:.2}x)  p50 {:.2}x  p99 {:.2}x",
+            "{transport:5} {policy:22} {:13} {:>7.2}x throughput (rounds {lowest:.2}x to {highest:.2}x)  p50 {:.2}x  p99 {:.2}x",
             "ratio",
             mine.per_second / other.per_second,
             mine.p50.as_secs_f64() / other.p50.as_secs_f64(),
@@ -218,7 +225,7 @@ fn comparison(transport: &str, policy: &str, ours: &[Figures], theirs: &[Figures
 
 fn line(transport: &str, policy: &str, figures: &Figures) -> String {
     format!(
-        "{transport:5} {policy:15} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  ({} requests, {} errors)",
+        "{transport:5} {policy:22} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  ({} requests, {} errors)",
         figures.per_second(),
         figures.p50.as_secs_f64() * 1e3,
         figures.p99.as_secs_f64() * 1e3,
@@ -236,17 +243,28 @@ fn policy_files() -> Result<Vec<PolicyFile<'static>>, String> {
         PolicyFile {
             id: "sidecarset",
             wasm: kruise_policy_modules::SIDECARSET.wasm,
+            settings: sidecarset_settings(vec![scs_demo.clone()], "default", None),
+            snapshot: true,
+        },
+        // The same policy, each evaluation from the module's own initial
+        // state: what the snapshot after validate_settings saves.
+        PolicyFile {
+            id: NO_SNAPSHOT,
+            wasm: kruise_policy_modules::SIDECARSET.wasm,
             settings: sidecarset_settings(vec![scs_demo], "default", None),
+            snapshot: false,
         },
         PolicyFile {
             id: "launch-priority",
             wasm: kruise_policy_modules::LAUNCH_PRIORITY.wasm,
             settings: Settings::new(),
+            snapshot: true,
         },
         PolicyFile {
             id: "add-label",
             wasm: kruise_policy_modules::BENCH_ADD_LABEL.wasm,
             settings: add_label_settings(),
+            snapshot: true,
         },
     ])
 }
@@ -259,7 +277,13 @@ fn policies(
 ) -> Result<(PolicyMap, Arc<CompiledModule>), String> {
     let mut policies = PolicyMap::new();
     for file in files {
-        let module = runtime.load(file.wasm).map_err(|e| e.to_string())?;
+        let limits = runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT));
+        let module = if file.snapshot {
+            load_module(runtime, file.id, file.wasm, &file.settings, limits)
+        } else {
+            runtime.load(file.wasm)
+        }
+        .map_err(|e| e.to_string())?;
         let host = PolicyHost {
             policy_id: file.id.to_owned(),
             grants: Grants::default(),
@@ -270,7 +294,7 @@ fn policies(
             module,
             file.settings.clone(),
             Enforcement::kwctl_run(file.id),
-            runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT)),
+            limits,
             Arc::new(host),
         );
         block_on(policy.validate_settings())

@@ -26,6 +26,9 @@ pub struct PolicyFile<'a> {
     pub id: &'a str,
     pub wasm: &'a [u8],
     pub settings: Settings,
+    /// Whether our server may start its evaluations from a snapshot
+    /// (`policy::load_module`); policy-server has none either way.
+    pub snapshot: bool,
 }
 
 #[derive(Debug)]
@@ -194,6 +197,7 @@ mod tests {
                     .as_object()
                     .unwrap()
                     .clone(),
+                snapshot: true,
             }],
         )
         .unwrap();

@@ -75,8 +75,13 @@ impl CallState {
         self.host_error.as_deref()
     }
 
-    /// Step 4: what `__guest_call` returning `code` means.
-    pub fn outcome(self, code: i32) -> Result<Vec<u8>, CallError> {
+    /// Step 4: what `__guest_call` returning `code` means. The call's
+    /// state is taken, leaving none behind.
+    pub fn take_outcome(&mut self, code: i32) -> Result<Vec<u8>, CallError> {
+        std::mem::take(self).outcome(code)
+    }
+
+    fn outcome(self, code: i32) -> Result<Vec<u8>, CallError> {
         if code == 0 {
             return Err(CallError::Guest(self.guest_error.unwrap_or_else(|| {
                 "No error message set for call failure".to_owned()

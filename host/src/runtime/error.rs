@@ -14,6 +14,8 @@ pub enum LoadError {
         name: &'static str,
         expected: &'static str,
     },
+    #[error("the module cannot be snapshotted: {0}")]
+    Snapshot(String),
 }
 
 /// One guest call that produced no response bytes.

@@ -7,6 +7,7 @@ mod engine;
 mod error;
 mod host_calls;
 mod module;
+mod snapshot;
 mod store_data;
 mod wapc_imports;
 
@@ -89,6 +90,44 @@ impl Runtime {
         )?);
         let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(Arc::clone(modules.entry(digest).or_insert(compiled)))
+    }
+
+    /// The module for these bytes as it is after `operation(payload)` in a
+    /// fresh instance: every evaluation starts from that state
+    /// ([`snapshot`]). Kept per module, operation and payload, so policies
+    /// with the same settings share one.
+    pub fn load_snapshot(
+        &self,
+        wasm: &[u8],
+        operation: &str,
+        payload: &[u8],
+        limits: Limits,
+    ) -> Result<Arc<CompiledModule>, LoadError> {
+        let key: Digest = Sha256::new()
+            .chain_update(b"snapshot after ")
+            .chain_update(Sha256::digest(wasm))
+            .chain_update(Sha256::digest(operation))
+            .chain_update(Sha256::digest(payload))
+            .finalize()
+            .into();
+        if let Some(module) = self.cached(&key) {
+            return Ok(module);
+        }
+        let compile = |wasm: &[u8]| {
+            CompiledModule::new(
+                &self.engine,
+                &self.linker,
+                wasm,
+                Sha256::digest(wasm).into(),
+                self.config.max_memory_bytes,
+            )
+        };
+        let snapshot = block_on(snapshot::snapshot_after(
+            wasm, compile, operation, payload, limits,
+        ))?;
+        let compiled = Arc::new(compile(&snapshot)?.started());
+        let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(Arc::clone(modules.entry(key).or_insert(compiled)))
     }
 
     fn cached(&self, digest: &Digest) -> Option<Arc<CompiledModule>> {

@@ -102,20 +102,27 @@ impl CompiledModule {
         host: Arc<dyn HostCalls>,
     ) -> Result<Vec<u8>, CallError> {
         let (mut store, instance) = self.fresh_instance(limits, host).await?;
-        let guest_call = instance
-            .get_typed_func::<(i32, i32), i32>(&mut store, GUEST_CALL)
-            .map_err(|e| CallError::Instantiate(format!("{e:#}")))?;
-        let operation_len = wapc_len(operation.len())?;
-        let payload_len = wapc_len(payload.len())?;
-        store.data_mut().wapc.begin_guest_call(operation, payload);
-        start_the_clock(&mut store, limits);
-        match guest_call
-            .call_async(&mut store, (operation_len, payload_len))
-            .await
-        {
-            Ok(code) => store.into_data().wapc.outcome(code),
-            Err(error) => Err(classify(&error, CallError::Guest)),
-        }
+        guest_call(&mut store, instance, operation, payload, limits).await
+    }
+
+    /// The module run as [`CompiledModule::call`] runs it, its instance
+    /// kept: [`super::snapshot`] reads its state afterwards.
+    pub(super) async fn call_and_keep(
+        &self,
+        operation: &str,
+        payload: &[u8],
+        limits: Limits,
+    ) -> Result<(Store<StoreData>, Instance), CallError> {
+        let (mut store, instance) = self.fresh_instance(limits, Arc::new(NoHostCalls)).await?;
+        guest_call(&mut store, instance, operation, payload, limits).await?;
+        Ok((store, instance))
+    }
+
+    /// This module, its start functions taken as already run: for a
+    /// snapshot, whose state is what they (and more) left.
+    pub(super) fn started(mut self) -> Self {
+        self.starters.clear();
+        self
     }
 
     /// Instantiates and initialises (`_start`, `wapc_init`) without calling
@@ -187,6 +194,30 @@ impl CompiledModule {
             }
         }
         Ok(())
+    }
+}
+
+/// One waPC `__guest_call` of `operation` with `payload`.
+async fn guest_call(
+    store: &mut Store<StoreData>,
+    instance: Instance,
+    operation: &str,
+    payload: &[u8],
+    limits: Limits,
+) -> Result<Vec<u8>, CallError> {
+    let guest_call = instance
+        .get_typed_func::<(i32, i32), i32>(&mut *store, GUEST_CALL)
+        .map_err(|e| CallError::Instantiate(format!("{e:#}")))?;
+    let operation_len = wapc_len(operation.len())?;
+    let payload_len = wapc_len(payload.len())?;
+    store.data_mut().wapc.begin_guest_call(operation, payload);
+    start_the_clock(store, limits);
+    match guest_call
+        .call_async(&mut *store, (operation_len, payload_len))
+        .await
+    {
+        Ok(code) => store.data_mut().wapc.take_outcome(code),
+        Err(error) => Err(classify(&error, CallError::Guest)),
     }
 }
 

@@ -1,0 +1,118 @@
+//! Evaluations that start from a snapshot taken after `validate_settings`
+//! (`Runtime::load_snapshot`, `policy::load_module`): the state the call
+//! left is where every evaluation starts, each evaluation still starts
+//! from that state alone, and a module that cannot be snapshotted is
+//! served as it is.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::runtime;
+use kruise_wasm_host::admission::Settings;
+use kruise_wasm_host::policy::load_module;
+use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on};
+use serde_json::json;
+
+/// A waPC guest that counts its calls in a global and in memory:
+/// `validate_settings` (an operation name of 17 bytes) sets a flag in
+/// memory and counts in the global `$prepared`; every call counts in
+/// `$calls`. It answers three bytes: `$prepared`, `$calls` (as digits) and
+/// the flag.
+fn counting_guest(extra: &str) -> Vec<u8> {
+    let metadata = json!({
+        "protocolVersion": "v1",
+        "annotations": {"io.kruise-wasm/snapshot-after-validate-settings": "true"},
+    });
+    let wat = format!(
+        r#"(module
+            (import "wapc" "__guest_response" (func $response (param i32 i32)))
+            (memory (export "memory") 1)
+            (table $t 1 funcref)
+            (global $prepared (mut i32) (i32.const 0))
+            (global $calls (mut i32) (i32.const 0))
+            (data (i32.const 100) "-")
+            (func (export "__guest_call") (param $op i32) (param $payload i32) (result i32)
+              (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+              (if (i32.eq (local.get $op) (i32.const 17))
+                (then
+                  {extra}
+                  (global.set $prepared (i32.add (global.get $prepared) (i32.const 1)))
+                  (i32.store8 (i32.const 100) (i32.const 0x50))))
+              (i32.store8 (i32.const 200) (i32.add (i32.const 48) (global.get $prepared)))
+              (i32.store8 (i32.const 201) (i32.add (i32.const 48) (global.get $calls)))
+              (i32.store8 (i32.const 202) (i32.load8_u (i32.const 100)))
+              (call $response (i32.const 200) (i32.const 3))
+              (i32.const 1))
+            (@custom "io.kubewarden.metadata" "{metadata}"))"#,
+        metadata = metadata.to_string().replace('"', "\\\"")
+    );
+    wat::parse_str(wat).expect("valid WAT")
+}
+
+fn limits() -> Limits {
+    runtime().limits(Some(DEFAULT_TIMEOUT))
+}
+
+fn validate(module: &kruise_wasm_host::runtime::CompiledModule) -> String {
+    let answer = block_on(module.call("validate", b"{}", limits(), Arc::new(NoHostCalls)));
+    String::from_utf8(answer.unwrap()).unwrap()
+}
+
+fn some_settings() -> Settings {
+    let mut settings = Settings::new();
+    settings.insert("k".to_owned(), json!("v"));
+    settings
+}
+
+#[test]
+fn each_evaluation_starts_from_the_state_validate_settings_left() {
+    let wasm = counting_guest("");
+    let plain = runtime().load(&wasm).unwrap();
+    assert_eq!(validate(&plain), "01-", "the module's own initial state");
+    assert_eq!(validate(&plain), "01-", "a fresh instance per evaluation");
+
+    let snapshot = runtime()
+        .load_snapshot(&wasm, "validate_settings", b"{}", limits())
+        .unwrap();
+    // One validate_settings before: its global and its memory write kept.
+    assert_eq!(validate(&snapshot), "12P");
+    // And nothing of an evaluation reaches the next one.
+    assert_eq!(validate(&snapshot), "12P");
+}
+
+#[test]
+fn a_policy_with_settings_is_loaded_from_its_snapshot_when_its_module_asks() {
+    let wasm = counting_guest("");
+    let with_settings = load_module(runtime(), "p", &wasm, &some_settings(), limits()).unwrap();
+    assert_eq!(validate(&with_settings), "12P");
+    // Without settings there is nothing to prepare.
+    let without = load_module(runtime(), "p", &wasm, &Settings::new(), limits()).unwrap();
+    assert_eq!(validate(&without), "01-");
+}
+
+#[test]
+fn a_guest_that_fails_validate_settings_is_not_snapshotted_and_served_as_it_is() {
+    let wasm = counting_guest("(unreachable)");
+    let error = runtime()
+        .load_snapshot(&wasm, "validate_settings", b"{}", limits())
+        .unwrap_err();
+    assert!(matches!(error, LoadError::Snapshot(_)), "{error:?}");
+    assert!(error.to_string().contains("validate_settings"), "{error}");
+    let served = load_module(runtime(), "p", &wasm, &some_settings(), limits()).unwrap();
+    assert_eq!(validate(&served), "01-");
+}
+
+#[test]
+fn a_module_wizer_cannot_snapshot_is_served_as_it_is() {
+    // Wizer refuses modules that grow tables: tables are not in a snapshot.
+    let wasm = counting_guest("(drop (table.grow $t (ref.null func) (i32.const 1)))");
+    let error = runtime()
+        .load_snapshot(&wasm, "validate_settings", b"{}", limits())
+        .unwrap_err();
+    assert!(error.to_string().contains("table.grow"), "{error}");
+    let served = load_module(runtime(), "p", &wasm, &some_settings(), limits()).unwrap();
+    assert_eq!(validate(&served), "01-");
+}
