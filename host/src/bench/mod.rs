@@ -75,7 +75,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
         ));
     }
     let files = policy_files()?;
-    let (policies, sidecarset) = policies(runtime, &files)?;
+    let (policies, modules) = policies(runtime, &files)?;
     let workloads = [
         ("add-label", review(SEED_POD)?),
         ("launch-priority", review(ORDERED_POD)?),
@@ -150,7 +150,20 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
         }
         server.shutdown();
     }
-    report.push(instance_cost(&sidecarset, runtime, config.instances)?);
+    let timed = [
+        (
+            NO_SNAPSHOT,
+            "fresh sidecarset instance (instantiate + _start + wapc_init)",
+        ),
+        (
+            "sidecarset",
+            "sidecarset instance from its snapshot (instantiate)",
+        ),
+    ];
+    for (id, label) in timed {
+        let module = modules.get(id).ok_or_else(|| format!("no policy {id}"))?;
+        report.push(instance_cost(module, label, runtime, config.instances)?);
+    }
     Ok(report)
 }
 
@@ -269,13 +282,14 @@ fn policy_files() -> Result<Vec<PolicyFile<'static>>, String> {
     ])
 }
 
-/// The policies as our server loads them, and the sidecarset module for
-/// the instance timing.
+/// The policies as our server loads them, and each one's module (for the
+/// instance timing).
 fn policies(
     runtime: &Runtime,
     files: &[PolicyFile<'_>],
-) -> Result<(PolicyMap, Arc<CompiledModule>), String> {
+) -> Result<(PolicyMap, BTreeMap<String, Arc<CompiledModule>>), String> {
     let mut policies = PolicyMap::new();
+    let mut modules = BTreeMap::new();
     for file in files {
         let limits = runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT));
         let module = if file.snapshot {
@@ -284,6 +298,7 @@ fn policies(
             runtime.load(file.wasm)
         }
         .map_err(|e| e.to_string())?;
+        modules.insert(file.id.to_owned(), Arc::clone(&module));
         let host = PolicyHost {
             policy_id: file.id.to_owned(),
             grants: Grants::default(),
@@ -301,10 +316,7 @@ fn policies(
             .map_err(|message| format!("{}: settings are not valid: {message}", file.id))?;
         policies.insert(file.id.to_owned(), Arc::new(policy));
     }
-    let sidecarset = runtime
-        .load(kruise_policy_modules::SIDECARSET.wasm)
-        .map_err(|e| e.to_string())?;
-    Ok((policies, sidecarset))
+    Ok((policies, modules))
 }
 
 /// The bar's policy: one label added to every object.
@@ -360,10 +372,11 @@ fn client_config(ca: &std::path::Path) -> Result<Arc<ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// Instantiation plus `_start`/`wapc_init`, no guest call: what every
-/// evaluation pays before the policy runs.
+/// Instantiation plus the start functions (none for a snapshot), no guest
+/// call: what every evaluation pays before the policy runs.
 fn instance_cost(
     module: &CompiledModule,
+    label: &str,
     runtime: &Runtime,
     count: usize,
 ) -> Result<String, String> {
@@ -377,7 +390,7 @@ fn instance_cost(
     times.sort_unstable();
     let median = times[times.len() / 2];
     Ok(format!(
-        "fresh sidecarset instance (instantiate + _start + wapc_init): median {:.1} µs over {} instances",
+        "{label}: median {:.1} µs over {} instances",
         median.as_secs_f64() * 1e6,
         times.len()
     ))
