@@ -1,7 +1,8 @@
 //! Prometheus metrics of the controllers, one registry per process:
 //! reconcile duration (a histogram, whose count is the reconciles) and
-//! failed reconciles, labelled by controller, and the depth of each
-//! controller's queue on the shared watches. The manager serves them at
+//! failed reconciles, labelled by controller, the depth of each
+//! controller's queue on the shared watches, and the requests the process
+//! sent to the API server by verb and resource. The manager serves them at
 //! `/metrics`.
 
 use std::future::Future;
@@ -17,9 +18,17 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::api_requests::RequestKind;
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
     controller: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabel {
+    verb: String,
+    resource: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,6 +49,7 @@ pub struct Metrics {
     durations: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     failures: Family<ControllerLabel, Counter>,
     watch_queues: Family<QueueLabel, Gauge>,
+    api_requests: Family<RequestLabel, Counter>,
 }
 
 impl Metrics {
@@ -51,6 +61,7 @@ impl Metrics {
             );
         let failures = Family::<ControllerLabel, Counter>::default();
         let watch_queues = Family::<QueueLabel, Gauge>::default();
+        let api_requests = Family::<RequestLabel, Counter>::default();
         registry.register(
             "reconcile_duration_seconds",
             "Time one reconcile took, by controller",
@@ -68,11 +79,17 @@ impl Metrics {
             "Changed objects a shared watch holds for a controller that has not taken them yet, by kind and controller",
             watch_queues.clone(),
         );
+        registry.register(
+            "api_requests",
+            "Requests this process sent to the API server, by verb and resource",
+            api_requests.clone(),
+        );
         Self {
             registry,
             durations,
             failures,
             watch_queues,
+            api_requests,
         }
     }
 
@@ -86,6 +103,15 @@ impl Metrics {
         if !succeeded {
             self.failures.get_or_create(&label).inc();
         }
+    }
+
+    pub fn count_api_request(&self, kind: &RequestKind) {
+        self.api_requests
+            .get_or_create(&RequestLabel {
+                verb: kind.verb.clone(),
+                resource: kind.resource.clone(),
+            })
+            .inc();
     }
 
     /// The gauge of `controller`'s queue on the shared watch of `kind`.
@@ -159,6 +185,18 @@ mod tests {
         );
         assert!(
             text.contains("kruise_reconcile_failures_total{controller=\"test-halver\"} 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn api_requests_are_counted_by_verb_and_resource() {
+        let list = crate::api_requests::classify("GET", "/api/v1/namespaces/t/testpods", None);
+        global().count_api_request(&list);
+        global().count_api_request(&list);
+        let text = global().encode();
+        assert!(
+            text.contains("kruise_api_requests_total{verb=\"LIST\",resource=\"testpods\"} 2"),
             "{text}"
         );
     }

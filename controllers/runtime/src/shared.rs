@@ -27,6 +27,7 @@
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt, stream};
@@ -53,8 +54,28 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     store: Store<K>,
+    progress: Arc<Progress>,
     subscribers: Subscribers<K>,
     running: Arc<StopOnDrop>,
+}
+
+/// How far the store has come: whether its first list is in, and the
+/// newest resourceVersion it holds. One watch delivers changes in the
+/// order of their versions, so a store that has seen version `v` holds
+/// every change up to `v`: what [`SharedWatch::has_seen`] tells a
+/// controller about its own writes.
+#[derive(Debug, Default)]
+struct Progress {
+    listed: AtomicBool,
+    newest: AtomicU64,
+}
+
+impl Progress {
+    /// Called after the store took the change (Release: a reader that
+    /// sees the version sees the store that holds it).
+    fn reached(&self, version: u64) {
+        self.newest.fetch_max(version, Ordering::Release);
+    }
 }
 
 type Subscribers<K> = Arc<Mutex<Vec<Subscriber<K>>>>;
@@ -98,9 +119,11 @@ where
         let writer = Writer::default();
         let store = writer.as_reader();
         let subscribers = Subscribers::default();
-        let task = tokio::spawn(drive(events, writer, subscribers.clone()));
+        let progress = Arc::new(Progress::default());
+        let task = tokio::spawn(drive(events, writer, progress.clone(), subscribers.clone()));
         Self {
             store,
+            progress,
             subscribers,
             running: Arc::new(StopOnDrop(task)),
         }
@@ -109,6 +132,22 @@ where
     /// The one store every subscriber reads.
     pub fn store(&self) -> Store<K> {
         self.store.clone()
+    }
+
+    /// Whether the store holds a complete list: before that, an object
+    /// missing from it may well exist.
+    pub fn is_listed(&self) -> bool {
+        self.progress.listed.load(Ordering::Acquire)
+    }
+
+    /// Whether the store holds every change up to `resource_version` (the
+    /// API server's answer to a write). Versions are compared as the
+    /// numbers the API server gives them; one that is not a number is
+    /// never seen, so a caller reads fresh instead.
+    pub fn has_seen(&self, resource_version: &str) -> bool {
+        resource_version
+            .parse::<u64>()
+            .is_ok_and(|version| self.progress.newest.load(Ordering::Acquire) >= version)
     }
 
     /// Every object now in the store, then every change (see the module);
@@ -138,6 +177,21 @@ where
     }
 }
 
+impl<K> Clone for SharedWatch<K>
+where
+    K: Lookup + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            progress: self.progress.clone(),
+            subscribers: self.subscribers.clone(),
+            running: self.running.clone(),
+        }
+    }
+}
+
 impl<K> Debug for SharedWatch<K>
 where
     K: Lookup + Clone + 'static,
@@ -156,12 +210,15 @@ where
 async fn drive<K>(
     events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
     mut writer: Writer<K>,
+    progress: Arc<Progress>,
     subscribers: Subscribers<K>,
 ) where
-    K: Lookup + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let mut events = std::pin::pin!(events);
+    // The newest version of a list under way: the store shows it at
+    // InitDone only.
+    let mut listing = 0;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -174,6 +231,7 @@ async fn drive<K>(
             let subscribers = lock(&subscribers);
             (apply(&mut writer, &event), subscribers.clone())
         };
+        record_progress(&progress, &event, &mut listing);
         let mut someone_left = false;
         for object in touched {
             for receiver in &receivers {
@@ -221,6 +279,29 @@ where
                 .into_iter()
                 .filter(|object| !still_there.contains(&key::<K>(object)));
             listed.iter().cloned().chain(vanished).collect()
+        }
+    }
+}
+
+/// Moves the store's progress on past `event`, which it has taken.
+fn record_progress<K: Resource>(progress: &Progress, event: &watcher::Event<K>, listing: &mut u64) {
+    let version = |object: &K| {
+        object
+            .meta()
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    match event {
+        watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+            progress.reached(version(object));
+        }
+        watcher::Event::Init => *listing = 0,
+        watcher::Event::InitApply(object) => *listing = (*listing).max(version(object)),
+        watcher::Event::InitDone => {
+            progress.reached(*listing);
+            progress.listed.store(true, Ordering::Release);
         }
     }
 }
@@ -486,5 +567,42 @@ mod tests {
         drop(subscription);
         settle().await;
         assert!(events.is_closed(), "nothing reads the watch: it must stop");
+    }
+
+    #[tokio::test]
+    async fn the_store_says_which_versions_it_has_seen_once_listed() {
+        let (events, watch) = watch();
+        let mut subscription = Box::pin(watch.subscribe("test"));
+        assert!(!watch.is_listed());
+        events.send(Ok(watcher::Event::Init)).unwrap();
+        events
+            .send(Ok(watcher::Event::InitApply(pod("a", "3"))))
+            .unwrap();
+        events
+            .send(Ok(watcher::Event::InitApply(pod("b", "5"))))
+            .unwrap();
+        settle().await;
+        assert!(!watch.is_listed());
+        assert!(
+            !watch.has_seen("3"),
+            "a list under way is not in the store yet"
+        );
+        events.send(Ok(watcher::Event::InitDone)).unwrap();
+        next(&mut subscription, 2).await;
+        assert!(watch.is_listed());
+        assert!(watch.has_seen("5") && !watch.has_seen("6"));
+        events
+            .send(Ok(watcher::Event::Apply(pod("c", "7"))))
+            .unwrap();
+        events
+            .send(Ok(watcher::Event::Delete(pod("a", "9"))))
+            .unwrap();
+        next(&mut subscription, 2).await;
+        assert!(watch.has_seen("9") && !watch.has_seen("10"));
+        assert!(!watch.has_seen("not-a-number"));
+        // A re-list never moves it back.
+        list(&events, &[pod("b", "5")]);
+        next(&mut subscription, 2).await;
+        assert!(watch.has_seen("9"));
     }
 }

@@ -1,0 +1,342 @@
+//! Reading from a shared watch's store without acting twice. A controller
+//! that planned from a store which has not yet taken its own last writes
+//! would create or delete again what it just created or deleted. So it
+//! notes, per object it manages (a CloneSet, a SidecarSet), what its writes
+//! left to see:
+//! * the newest resourceVersion the API server answered a write with: the
+//!   store has taken the write once it has seen that version
+//!   ([`crate::shared::SharedWatch::has_seen`]);
+//! * the pods it deleted: an immediate delete answers with the pod as it
+//!   was, so the store has taken it once the pod is gone or deleting.
+//!
+//! A store that has not caught up within [`FRESH_READ_AFTER`] (a stuck
+//! watch) is bypassed: the controller reads fresh from the API server, as
+//! a consistent read cannot miss a write.
+
+use std::cell::OnceCell;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kube::Resource;
+use serde::de::DeserializeOwned;
+
+use crate::shared::SharedWatch;
+
+/// How long a controller waits for its store before it reads fresh.
+pub const FRESH_READ_AFTER: Duration = Duration::from_secs(10);
+
+/// What a store's reader must check for one owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unseen {
+    /// The newest version a write was answered with.
+    pub newest_version: Option<String>,
+    /// The UIDs of the objects deleted.
+    pub deleted: BTreeSet<String>,
+}
+
+/// Whether an owner may plan from the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// The store holds every write it made: read it.
+    Current,
+    /// Not yet: wait for the watch (its events trigger the next round).
+    Behind,
+    /// Waited too long: read fresh from the API server.
+    Stale,
+}
+
+#[derive(Debug)]
+struct Pending {
+    unseen: Unseen,
+    since: Instant,
+}
+
+/// Per owner (`namespace/name`), the writes its store has not shown yet.
+#[derive(Debug, Default)]
+pub struct Expectations {
+    owners: Mutex<HashMap<String, Pending>>,
+}
+
+impl Expectations {
+    /// A write answered with `resource_version`.
+    pub fn wrote(&self, owner: &str, resource_version: Option<&str>) {
+        self.note(owner, |unseen| {
+            if let Some(version) = resource_version
+                && newer(version, unseen.newest_version.as_deref())
+            {
+                unseen.newest_version = Some(version.to_owned());
+            }
+        });
+    }
+
+    /// A delete of the object with `uid`.
+    pub fn deleted(&self, owner: &str, uid: &str) {
+        self.note(owner, |unseen| {
+            unseen.deleted.insert(uid.to_owned());
+        });
+    }
+
+    /// Whether `owner` may read the store, given what the store says of a
+    /// version and of a deleted object (still there and not deleting);
+    /// forgets the owner's writes once they are all seen.
+    pub fn freshness(
+        &self,
+        owner: &str,
+        now: Instant,
+        has_seen: impl Fn(&str) -> bool,
+        still_there: impl Fn(&str) -> bool,
+    ) -> Freshness {
+        let mut owners = lock(&self.owners);
+        let Some(pending) = owners.get_mut(owner) else {
+            return Freshness::Current;
+        };
+        let unseen = &mut pending.unseen;
+        if unseen.newest_version.as_deref().is_some_and(&has_seen) {
+            unseen.newest_version = None;
+        }
+        unseen.deleted.retain(|uid| still_there(uid));
+        if unseen == &Unseen::default() {
+            owners.remove(owner);
+            Freshness::Current
+        } else if now.duration_since(pending.since) < FRESH_READ_AFTER {
+            Freshness::Behind
+        } else {
+            Freshness::Stale
+        }
+    }
+
+    /// After a fresh read, which saw every write.
+    pub fn forget(&self, owner: &str) {
+        lock(&self.owners).remove(owner);
+    }
+
+    fn note(&self, owner: &str, change: impl FnOnce(&mut Unseen)) {
+        let mut owners = lock(&self.owners);
+        let pending = owners.entry(owner.to_owned()).or_insert_with(|| Pending {
+            unseen: Unseen::default(),
+            since: Instant::now(),
+        });
+        change(&mut pending.unseen);
+    }
+}
+
+/// A shared watch read on behalf of owners (CloneSets, SidecarSets) that
+/// write the objects it watches.
+#[derive(Debug)]
+pub struct WatchReads<K: Resource<DynamicType = ()> + Clone + Debug + 'static> {
+    /// None: every read goes to the API server (reconcile unit tests).
+    watch: Option<SharedWatch<K>>,
+    expectations: Expectations,
+}
+
+/// What an owner's round reads.
+#[derive(Debug)]
+pub enum StoreRead<K> {
+    /// Every object in the store, which holds all the owner's writes.
+    Current(Vec<Arc<K>>),
+    /// The store lacks some of the owner's writes: wait for their watch
+    /// events, which start the next round.
+    Behind,
+    /// No store to trust (none, not listed yet, or lagging too long):
+    /// list from the API server, then call [`WatchReads::listed`].
+    ReadFresh,
+}
+
+impl<K> WatchReads<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    pub fn from_watch(watch: SharedWatch<K>) -> Self {
+        Self {
+            watch: Some(watch),
+            expectations: Expectations::default(),
+        }
+    }
+
+    pub fn api_only() -> Self {
+        Self {
+            watch: None,
+            expectations: Expectations::default(),
+        }
+    }
+
+    pub fn read(&self, owner: &str) -> StoreRead<K> {
+        let Some(watch) = self.watch.as_ref().filter(|w| w.is_listed()) else {
+            return StoreRead::ReadFresh;
+        };
+        let objects = watch.store().state();
+        let freshness = {
+            // Built only when the owner deleted something.
+            let live: OnceCell<HashSet<&str>> = OnceCell::new();
+            let still_there = |uid: &str| {
+                live.get_or_init(|| {
+                    objects
+                        .iter()
+                        .filter(|object| object.meta().deletion_timestamp.is_none())
+                        .filter_map(|object| object.meta().uid.as_deref())
+                        .collect()
+                })
+                .contains(uid)
+            };
+            self.expectations.freshness(
+                owner,
+                Instant::now(),
+                |version| watch.has_seen(version),
+                still_there,
+            )
+        };
+        match freshness {
+            Freshness::Current => StoreRead::Current(objects),
+            Freshness::Behind => StoreRead::Behind,
+            Freshness::Stale => {
+                tracing::warn!(%owner, "the watch lags; reading from the API server");
+                StoreRead::ReadFresh
+            }
+        }
+    }
+
+    /// After the owner read fresh from the API server.
+    pub fn listed(&self, owner: &str) {
+        self.expectations.forget(owner);
+    }
+
+    /// Where `owner`'s writes are noted.
+    pub fn writes_of<'a>(&'a self, owner: &'a str) -> OwnerWrites<'a> {
+        OwnerWrites {
+            expectations: &self.expectations,
+            owner,
+        }
+    }
+}
+
+/// Notes one owner's writes.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnerWrites<'a> {
+    expectations: &'a Expectations,
+    owner: &'a str,
+}
+
+impl OwnerWrites<'_> {
+    /// An object as the API server answered a create, update or patch.
+    pub fn wrote(&self, object: &impl Resource) {
+        self.expectations
+            .wrote(self.owner, object.meta().resource_version.as_deref());
+    }
+
+    /// A delete of the object with `uid`; `answer` is the object when the
+    /// API server sent it back (a graceful delete marks it).
+    pub fn deleted(&self, uid: Option<&str>, answer: Option<&impl Resource>) {
+        if let Some(uid) = uid {
+            self.expectations.deleted(self.owner, uid);
+        }
+        if let Some(object) = answer {
+            self.wrote(object);
+        }
+    }
+}
+
+/// `version` is newer than `than`; versions that are not numbers are
+/// kept (the store never reports them seen, so the owner reads fresh).
+fn newer(version: &str, than: Option<&str>) -> bool {
+    match (version.parse::<u64>(), than.map(str::parse::<u64>)) {
+        (_, None) | (Err(_), _) => true,
+        (Ok(version), Some(Ok(than))) => version > than,
+        (Ok(_), Some(Err(_))) => false,
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWNER: &str = "default/demo";
+
+    fn seen_up_to(newest: u64) -> impl Fn(&str) -> bool {
+        move |version| version.parse::<u64>().is_ok_and(|v| v <= newest)
+    }
+
+    fn nothing_there(_uid: &str) -> bool {
+        false
+    }
+
+    #[test]
+    fn an_owner_without_writes_reads_the_store() {
+        let expectations = Expectations::default();
+        let freshness = expectations.freshness(OWNER, Instant::now(), seen_up_to(0), nothing_there);
+        assert_eq!(freshness, Freshness::Current);
+    }
+
+    #[test]
+    fn the_store_is_current_once_it_has_seen_the_newest_write() {
+        let expectations = Expectations::default();
+        expectations.wrote(OWNER, Some("12"));
+        expectations.wrote(OWNER, Some("15"));
+        expectations.wrote(OWNER, Some("9"));
+        let now = Instant::now();
+        let check = |newest| expectations.freshness(OWNER, now, seen_up_to(newest), nothing_there);
+        assert_eq!(check(12), Freshness::Behind);
+        assert_eq!(check(15), Freshness::Current);
+        // Forgotten: an older store no longer holds the owner back.
+        assert_eq!(check(1), Freshness::Current);
+        assert_eq!(
+            expectations.freshness("default/other", now, seen_up_to(0), nothing_there),
+            Freshness::Current
+        );
+    }
+
+    #[test]
+    fn a_deleted_pod_is_seen_once_gone_or_deleting() {
+        let expectations = Expectations::default();
+        expectations.deleted(OWNER, "uid-a");
+        expectations.deleted(OWNER, "uid-b");
+        let now = Instant::now();
+        let only_b_left = |uid: &str| uid == "uid-b";
+        assert_eq!(
+            expectations.freshness(OWNER, now, seen_up_to(100), only_b_left),
+            Freshness::Behind
+        );
+        assert_eq!(
+            expectations.freshness(OWNER, now, seen_up_to(100), nothing_there),
+            Freshness::Current
+        );
+    }
+
+    #[test]
+    fn a_store_behind_for_too_long_is_read_around_until_forgotten() {
+        let expectations = Expectations::default();
+        expectations.wrote(OWNER, Some("20"));
+        let later = Instant::now() + FRESH_READ_AFTER + Duration::from_secs(1);
+        assert_eq!(
+            expectations.freshness(OWNER, later, seen_up_to(19), nothing_there),
+            Freshness::Stale
+        );
+        expectations.forget(OWNER);
+        assert_eq!(
+            expectations.freshness(OWNER, later, seen_up_to(19), nothing_there),
+            Freshness::Current
+        );
+    }
+
+    #[test]
+    fn a_version_that_is_not_a_number_is_never_seen() {
+        let expectations = Expectations::default();
+        expectations.wrote(OWNER, Some("7"));
+        expectations.wrote(OWNER, Some("opaque"));
+        expectations.wrote(OWNER, Some("8"));
+        let never = |_: &str| false;
+        let now = Instant::now();
+        assert_eq!(
+            expectations.freshness(OWNER, now, never, nothing_there),
+            Freshness::Behind
+        );
+        assert!(newer("opaque", Some("7")));
+        assert!(!newer("8", Some("opaque")));
+        assert!(newer("8", Some("7")) && !newer("7", Some("8")));
+    }
+}
