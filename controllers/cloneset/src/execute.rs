@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::CloneSet;
@@ -21,11 +22,13 @@ use serde_json::{Value, json};
 
 use kruise_controller_runtime::api_error::{is_already_exists, is_not_found};
 use kruise_controller_runtime::context::Context;
+use kruise_controller_runtime::expectations::OwnerWrites;
 
 use super::reconcile::ReconcileError;
 
 pub(crate) async fn execute(
     context: &Context,
+    written: OwnerWrites<'_>,
     cloneset: &CloneSet,
     pods: &[Pod],
     revisions: &Revisions,
@@ -36,6 +39,7 @@ pub(crate) async fn execute(
     let pod_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let writer = Writer {
         context,
+        written,
         cloneset,
         pods: &pod_api,
     };
@@ -44,17 +48,7 @@ pub(crate) async fn execute(
     let claim_plan = plan_claims(cloneset, pods, &claims, &plan.delete);
     let mut ids = InstanceIds::new(pods, &claims, claim_plan.reusable_ids);
     writer.create_pods(&mut ids, revisions, plan, now).await?;
-    for name in &plan.delete {
-        match pod_api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {
-                writer
-                    .event("SuccessfulDelete", &format!("succeed to delete pod {name}"))
-                    .await;
-            }
-            Err(error) if is_not_found(&error) => {}
-            Err(error) => return Err(ReconcileError::api(format!("delete pod {name}"))(error)),
-        }
-    }
+    writer.delete_pods(&plan.delete, pods).await?;
     writer.delete_claims(&claim_plan.delete).await?;
     for name in &plan.mark_specified_delete {
         writer
@@ -164,11 +158,16 @@ impl InstanceIds {
 
 struct Writer<'a> {
     context: &'a Context,
+    written: OwnerWrites<'a>,
     cloneset: &'a CloneSet,
     pods: &'a Api<Pod>,
 }
 
 impl Writer<'_> {
+    /// Creates the plan's pods in slow-start batches of 1, 2, 4, ... pods
+    /// at once, as OpenKruise (and Kubernetes' ReplicaSets) do: a cluster
+    /// that refuses one pod (a quota, a webhook) is asked once, not for
+    /// every pod, and one that accepts them is not asked one at a time.
     async fn create_pods(
         &self,
         ids: &mut InstanceIds,
@@ -177,46 +176,87 @@ impl Writer<'_> {
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
         let cloneset = self.cloneset;
+        let mut wanted = Vec::new();
         for creation in &plan.create {
             let Some(template) = revisions.template_of(&creation.revision) else {
                 continue;
             };
             let count = usize::try_from(creation.count).unwrap_or(0);
             for id in ids.next(count) {
-                self.create_claims(&new_claims(cloneset, &id)).await?;
                 let pod = new_pod(cloneset, &creation.revision, template, &id, now);
-                self.pods
-                    .create(&PostParams::default(), &pod)
-                    .await
-                    .map_err(ReconcileError::api(format!(
-                        "create pod {}",
-                        pod.name_any()
-                    )))?;
-                self.event(
-                    "SuccessfulCreate",
-                    &format!("succeed to create pod {}", pod.name_any()),
-                )
-                .await;
+                wanted.push((id, pod));
+            }
+        }
+        let mut rest = wanted.as_slice();
+        for size in slow_start_batches(wanted.len()) {
+            let (batch, later) = rest.split_at(size);
+            let created = join_all(batch.iter().map(|(id, pod)| self.create_pod(id, pod))).await;
+            if let Some(error) = created.into_iter().find_map(Result::err) {
+                return Err(error);
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+
+    async fn create_pod(&self, id: &str, pod: &Pod) -> Result<(), ReconcileError> {
+        self.create_claims(&new_claims(self.cloneset, id)).await?;
+        let created = self
+            .pods
+            .create(&PostParams::default(), pod)
+            .await
+            .map_err(ReconcileError::api(format!(
+                "create pod {}",
+                pod.name_any()
+            )))?;
+        self.written.wrote(&created);
+        self.event(
+            "SuccessfulCreate",
+            &format!("succeed to create pod {}", pod.name_any()),
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn delete_pods(&self, names: &[String], pods: &[Pod]) -> Result<(), ReconcileError> {
+        for name in names {
+            let uid = pods
+                .iter()
+                .find(|p| &p.name_any() == name)
+                .and_then(ResourceExt::uid);
+            match self.pods.delete(name, &DeleteParams::default()).await {
+                Ok(answer) => {
+                    self.written.deleted(uid.as_deref(), answer.as_ref().left());
+                    self.event("SuccessfulDelete", &format!("succeed to delete pod {name}"))
+                        .await;
+                }
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => return Err(ReconcileError::api(format!("delete pod {name}"))(error)),
             }
         }
         Ok(())
     }
 
     async fn patch(&self, pod: &str, patch: Value) -> Result<(), ReconcileError> {
-        self.pods
+        let patched = self
+            .pods
             .patch(pod, &PatchParams::default(), &Patch::Strategic(patch))
             .await
-            .map(|_| ())
-            .map_err(ReconcileError::api(format!("patch pod {pod}")))
+            .map_err(ReconcileError::api(format!("patch pod {pod}")))?;
+        self.written.wrote(&patched);
+        Ok(())
     }
 
     async fn patch_status(&self, pod: &str, patch: Value) -> Result<Pod, ReconcileError> {
-        self.pods
+        let patched = self
+            .pods
             .patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch))
             .await
             .map_err(ReconcileError::api(format!(
                 "patch the status of pod {pod}"
-            )))
+            )))?;
+        self.written.wrote(&patched);
+        Ok(patched)
     }
 
     /// The claims carrying an instance id in the CloneSet's namespace (none
@@ -297,4 +337,44 @@ fn has_in_place_gate(pod: &Pod) -> bool {
         .iter()
         .flat_map(|s| s.readiness_gates.iter().flatten())
         .any(|g| g.condition_type == CONDITION_IN_PLACE_UPDATE_READY)
+}
+
+/// The most pods created at once. OpenKruise's client-side rate limit
+/// plays this part; without one, a batch of hundreds would meet the API
+/// server's own limit on requests in flight (429s).
+const MOST_AT_ONCE: usize = 64;
+
+/// The sizes of the slow-start batches that create `count` pods: 1, 2, 4,
+/// ... up to [`MOST_AT_ONCE`], the last one what is left.
+fn slow_start_batches(count: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut left = count;
+    let mut next = 1;
+    while left > 0 {
+        let size = next.min(left);
+        sizes.push(size);
+        left -= size;
+        next = (next * 2).min(MOST_AT_ONCE);
+    }
+    sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MOST_AT_ONCE, slow_start_batches};
+
+    #[test]
+    fn pods_are_created_in_doubling_batches() {
+        assert_eq!(slow_start_batches(0), Vec::<usize>::new());
+        assert_eq!(slow_start_batches(1), [1]);
+        assert_eq!(slow_start_batches(2), [1, 1]);
+        assert_eq!(slow_start_batches(10), [1, 2, 4, 3]);
+        let sizes = slow_start_batches(2000);
+        assert_eq!(sizes.iter().sum::<usize>(), 2000);
+        assert_eq!(sizes[..7], [1, 2, 4, 8, 16, 32, 64]);
+        assert!(sizes.iter().all(|&size| size <= MOST_AT_ONCE), "{sizes:?}");
+        // 127 in the first seven, then 29 of 64 and 17 left.
+        assert_eq!(sizes.len(), 7 + 29 + 1);
+        assert_eq!(sizes.last(), Some(&17));
+    }
 }

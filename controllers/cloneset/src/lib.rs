@@ -1,10 +1,12 @@
 //! The CloneSet controller: a thin kube-rs shell around
-//! [`kruise_core::cloneset`]. Each round reads the CloneSet's pods and
-//! revisions fresh from the API server (a consistent read, so a lagging
-//! watch cache can never make it create or delete twice), asks the pure
+//! [`kruise_core::cloneset`]. Each round reads the CloneSet's pods from the
+//! manager's shared pod watch once it shows the CloneSet's own last writes
+//! (so a lagging watch can never make it create or delete twice; see
+//! `pods.rs`) and its revisions fresh from the API server, asks the pure
 //! planner what to do, performs exactly those writes, and records status.
 
 mod execute;
+mod pods;
 mod predownload;
 mod reconcile;
 
@@ -20,6 +22,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
+use kruise_controller_runtime::expectations::WatchReads;
+use pods::CloneSetContext;
 pub use reconcile::ReconcileError;
 
 /// The name the controller writes and reports events under.
@@ -28,7 +32,10 @@ pub const CONTROLLER_NAME: &str = "kruise-cloneset-controller";
 /// Runs the controller until the process ends; its pod and revision
 /// triggers come from the manager's shared watches.
 pub async fn run(client: Client, watches: SharedWatches) {
-    let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
+    let context = Arc::new(CloneSetContext {
+        shared: Context::new(client.clone(), CONTROLLER_NAME),
+        pods: WatchReads::from_watch(watches.pods().clone()),
+    });
     // Stored<_>: one CloneSet our types cannot read must not fail the watch
     // of all the others (reconcile reports and skips it).
     let controller = Controller::new(
@@ -57,14 +64,14 @@ pub async fn run(client: Client, watches: SharedWatches) {
 fn on_error(
     cloneset: Arc<Stored<CloneSet>>,
     error: &ReconcileError,
-    context: Arc<Context>,
+    context: Arc<CloneSetContext>,
 ) -> Action {
     let name = cloneset.name();
     if error.is_conflict() {
         tracing::debug!(cloneset = name, %error, "write conflict; planning again");
         return Action::requeue(Duration::from_millis(100));
     }
-    let delay = context.backoff.next(&reconcile::key(&cloneset));
+    let delay = context.shared.backoff.next(&reconcile::key(&*cloneset));
     tracing::warn!(cloneset = name, %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{CloneSet, Stored};
-use kruise_core::cloneset::revision::{RevisionWrite, plan_revisions};
+use kruise_core::cloneset::revision::{RevisionPlan, RevisionWrite, plan_revisions};
 use kruise_core::cloneset::{FeatureGates, PlanInput, compute_status, plan};
 use kruise_core::owner::is_controlled_by;
 use kruise_core::selector::to_selector_string;
@@ -17,11 +17,15 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use kruise_controller_runtime::api_error;
-use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::status::replace_status;
 
 use super::CONTROLLER_NAME;
 use super::execute::execute;
+use super::pods::{self, CloneSetContext, PodRead};
+
+/// How long a round waits for the pod watch to show its CloneSet's last
+/// writes (their watch events usually start the next round sooner).
+const STORE_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -29,6 +33,8 @@ pub enum ReconcileError {
     Api { what: String, source: kube::Error },
     #[error("the CloneSet has no namespace or uid")]
     Incomplete,
+    #[error("the CloneSet's selector: {0}")]
+    Selector(String),
 }
 
 impl ReconcileError {
@@ -45,7 +51,7 @@ impl ReconcileError {
 
 pub(crate) async fn reconcile(
     stored: Arc<Stored<CloneSet>>,
-    context: Arc<Context>,
+    context: Arc<CloneSetContext>,
 ) -> Result<Action, ReconcileError> {
     let cloneset = match &stored.object {
         Ok(cloneset) => cloneset,
@@ -55,6 +61,7 @@ pub(crate) async fn reconcile(
             tracing::warn!(cloneset = stored.name(), %reason, "cannot read the CloneSet; skipped");
             let note = format!("cannot read this CloneSet, so it is not reconciled: {reason}");
             context
+                .shared
                 .events
                 .warning(&stored.object_ref(&()), "InvalidSpec", "Reconcile", &note)
                 .await;
@@ -62,22 +69,23 @@ pub(crate) async fn reconcile(
         }
     };
     let action = reconcile_cloneset(cloneset, &context).await?;
-    context.backoff.reset(&key(&stored));
+    context.shared.backoff.reset(&key(&*stored));
     Ok(action)
 }
 
-/// `namespace/name`: the CloneSet's key in the retry backoff.
-pub(crate) fn key(cloneset: &Stored<CloneSet>) -> String {
+/// `namespace/name`: the CloneSet's key in the retry backoff and the
+/// expectations.
+pub(crate) fn key(cloneset: &impl ResourceExt) -> String {
     format!(
         "{}/{}",
         cloneset.namespace().unwrap_or_default(),
-        cloneset.name()
+        cloneset.name_any()
     )
 }
 
 async fn reconcile_cloneset(
     cloneset: &CloneSet,
-    context: &Context,
+    context: &CloneSetContext,
 ) -> Result<Action, ReconcileError> {
     let (Some(namespace), Some(uid)) = (cloneset.namespace(), cloneset.uid()) else {
         return Err(ReconcileError::Incomplete);
@@ -85,47 +93,16 @@ async fn reconcile_cloneset(
     if cloneset.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let key = key(cloneset);
+    let pods = match pods::read(context, cloneset, &namespace, &uid, &key).await? {
+        PodRead::Pods(pods) => pods,
+        PodRead::Wait => return Ok(Action::requeue(STORE_WAIT)),
+    };
+    let written = context.pods.writes_of(&key);
+    let context = &context.shared;
     let client = &context.client;
-    let selector = to_selector_string(&cloneset.spec.selector);
-    let owned = ListParams::default().labels(&selector);
-    let pods: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), &namespace)
-        .list(&owned)
-        .await
-        .map_err(ReconcileError::api("list pods"))?
-        .items
-        .into_iter()
-        .filter(|pod| is_controlled_by(&pod.metadata, &uid))
-        .collect();
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
-    let revisions: Vec<ControllerRevision> = revision_api
-        .list(&owned)
-        .await
-        .map_err(ReconcileError::api("list revisions"))?
-        .items
-        .into_iter()
-        .filter(|revision| is_controlled_by(&revision.metadata, &uid))
-        .collect();
-
-    let revision_plan = plan_revisions(cloneset, &revisions, &pods);
-    match &revision_plan.write {
-        RevisionWrite::None => {}
-        RevisionWrite::Create(revision) => {
-            revision_api
-                .create(&PostParams::default(), revision)
-                .await
-                .map_err(ReconcileError::api("create the update revision"))?;
-        }
-        RevisionWrite::Bump { name, revision } => {
-            revision_api
-                .patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "revision": revision })),
-                )
-                .await
-                .map_err(ReconcileError::api(format!("bump revision {name}")))?;
-        }
-    }
+    let revision_plan = sync_revisions(&revision_api, cloneset, &uid, &pods).await?;
 
     crate::predownload::sync(client, cloneset, &revision_plan.revisions).await?;
 
@@ -140,6 +117,7 @@ async fn reconcile_cloneset(
     let round = plan(&input);
     execute(
         context,
+        written,
         cloneset,
         &pods,
         &revision_plan.revisions,
@@ -179,10 +157,59 @@ async fn reconcile_cloneset(
     Ok(Action::requeue(requeue))
 }
 
+/// Lists the CloneSet's revisions (a few: the history limit) and makes the
+/// update revision exist.
+async fn sync_revisions(
+    revision_api: &Api<ControllerRevision>,
+    cloneset: &CloneSet,
+    uid: &str,
+    pods: &[Pod],
+) -> Result<RevisionPlan, ReconcileError> {
+    let selector = to_selector_string(&cloneset.spec.selector);
+    let owned = ListParams::default().labels(&selector);
+    let revisions: Vec<ControllerRevision> = revision_api
+        .list(&owned)
+        .await
+        .map_err(ReconcileError::api("list revisions"))?
+        .items
+        .into_iter()
+        .filter(|revision| is_controlled_by(&revision.metadata, uid))
+        .collect();
+
+    let revision_plan = plan_revisions(cloneset, &revisions, pods);
+    match &revision_plan.write {
+        RevisionWrite::None => {}
+        RevisionWrite::Create(revision) => {
+            revision_api
+                .create(&PostParams::default(), revision)
+                .await
+                .map_err(ReconcileError::api("create the update revision"))?;
+        }
+        RevisionWrite::Bump { name, revision } => {
+            revision_api
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "revision": revision })),
+                )
+                .await
+                .map_err(ReconcileError::api(format!("bump revision {name}")))?;
+        }
+    }
+    Ok(revision_plan)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use kruise_controller_runtime::context::Context;
     use kruise_controller_runtime::testing::{FakeApi, Seen, container_images};
+
+    use futures::StreamExt;
+    use kruise_controller_runtime::shared::SharedWatch;
+    use kube::runtime::watcher;
+
+    use kruise_controller_runtime::expectations::WatchReads;
     use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
     use serde_json::Value;
 
@@ -210,7 +237,10 @@ mod tests {
 
     async fn round(api: &FakeApi) -> Action {
         let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
-        let context = Arc::new(Context::new(api.client(), CONTROLLER_NAME));
+        let context = Arc::new(CloneSetContext {
+            shared: Context::new(api.client(), CONTROLLER_NAME),
+            pods: WatchReads::api_only(),
+        });
         reconcile(Arc::new(stored), context).await.unwrap()
     }
 
@@ -389,5 +419,73 @@ mod tests {
             "{images:?}"
         );
         assert_eq!(images.len(), 2);
+    }
+
+    /// The pods the fake API server holds, as watch events.
+    async fn pod_events(api: &FakeApi) -> Vec<watcher::Event<Pod>> {
+        Api::<Pod>::namespaced(api.client(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(watcher::Event::Apply)
+            .collect()
+    }
+
+    fn lists_of_pods(seen: &[Seen]) -> usize {
+        seen.iter()
+            .filter(|s| s.method == "GET" && s.path == PODS)
+            .count()
+    }
+
+    #[tokio::test]
+    async fn rounds_read_the_pod_watch_and_wait_until_it_shows_their_writes() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+        let (events, received) = futures::channel::mpsc::unbounded();
+        let watch = SharedWatch::from_events(received.map(Ok));
+        for event in [watcher::Event::Init, watcher::Event::InitDone] {
+            events.unbounded_send(event).unwrap();
+        }
+        while !watch.is_listed() {
+            tokio::task::yield_now().await;
+        }
+        let context = Arc::new(CloneSetContext {
+            shared: Context::new(api.client(), CONTROLLER_NAME),
+            pods: WatchReads::from_watch(watch.clone()),
+        });
+        let round = || async {
+            let stored: Stored<CloneSet> =
+                serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
+            reconcile(Arc::new(stored), context.clone()).await.unwrap()
+        };
+
+        round().await;
+        assert_eq!(pods(&api).await.len(), 2, "created from an empty store");
+        let before = api.seen().len();
+        assert_eq!(round().await, Action::requeue(STORE_WAIT));
+        assert_eq!(
+            api.seen().len(),
+            before,
+            "the store lacks the new pods: no request, nothing created twice"
+        );
+
+        for event in pod_events(&api).await {
+            events.unbounded_send(event).unwrap();
+        }
+        let mut waits = 0;
+        while round().await == Action::requeue(STORE_WAIT) {
+            waits += 1;
+            assert!(waits < 100, "the store never caught up");
+            tokio::task::yield_now().await;
+        }
+        let seen = api.seen();
+        let created_again = writes(&seen[before..])
+            .into_iter()
+            .filter(|w| w == &format!("POST {PODS}"))
+            .count();
+        assert_eq!(created_again, 0, "planned from the store, which has both");
+        assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
     }
 }

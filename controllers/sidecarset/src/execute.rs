@@ -14,6 +14,7 @@ use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 
 use kruise_controller_runtime::api_error::{is_conflict, is_not_found};
+use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_controller_runtime::status::replace_status;
 
 use crate::{CONTROLLER_NAME, Context, Error, REVISION_NAMESPACE, ensure_revision_namespace};
@@ -136,6 +137,7 @@ pub(crate) async fn execute(
 ) -> Result<Outcome, Error> {
     let client = &context.client;
     let name = sidecar_set_name(sidecar_set);
+    let written = context.pods.writes_of(name);
     if plan.status_changed {
         write_status(client, sidecar_set, &plan.status).await?;
     }
@@ -153,14 +155,16 @@ pub(crate) async fn execute(
         }
     }
     for change in &plan.condition_changes {
-        if let Err(error) = patch_condition(client, &change.pod, change.status_patch()).await {
+        if let Err(error) =
+            patch_condition(client, written, &change.pod, change.status_patch()).await
+        {
             tracing::warn!(sidecar_set = %name, pod = ?change.pod, %error, "cannot set the SidecarSetUpgradable condition");
         }
     }
 
     let mut outcome = Outcome::default();
     for change in &plan.pod_changes {
-        let result = patch_pod(client, change).await;
+        let result = patch_pod(client, written, change).await;
         let pod_reference = pod_reference(pods, &change.pod);
         match result {
             Ok(()) => {
@@ -172,7 +176,7 @@ pub(crate) async fn execute(
                         condition: condition.clone(),
                     }
                     .status_patch();
-                    if let Err(error) = patch_condition(client, &change.pod, patch).await {
+                    if let Err(error) = patch_condition(client, written, &change.pod, patch).await {
                         tracing::warn!(sidecar_set = %name, pod = ?change.pod, %error, "cannot set the SidecarSetUpgradable condition");
                     }
                 }
@@ -213,21 +217,34 @@ pub(crate) async fn execute(
     Ok(outcome)
 }
 
-async fn patch_pod(client: &Client, change: &PodChange) -> Result<(), kube::Error> {
+async fn patch_pod(
+    client: &Client,
+    written: OwnerWrites<'_>,
+    change: &PodChange,
+) -> Result<(), kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &change.pod.namespace);
-    api.patch(
-        &change.pod.name,
-        &params(),
-        &Patch::Strategic(change.strategic_merge_patch()),
-    )
-    .await?;
+    let patched = api
+        .patch(
+            &change.pod.name,
+            &params(),
+            &Patch::Strategic(change.strategic_merge_patch()),
+        )
+        .await?;
+    written.wrote(&patched);
     Ok(())
 }
 
-async fn patch_condition(client: &Client, pod: &PodKey, patch: Value) -> Result<(), kube::Error> {
+async fn patch_condition(
+    client: &Client,
+    written: OwnerWrites<'_>,
+    pod: &PodKey,
+    patch: Value,
+) -> Result<(), kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    api.patch_status(&pod.name, &params(), &Patch::Strategic(patch))
+    let patched = api
+        .patch_status(&pod.name, &params(), &Patch::Strategic(patch))
         .await?;
+    written.wrote(&patched);
     Ok(())
 }
 

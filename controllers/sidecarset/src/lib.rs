@@ -19,15 +19,19 @@
 //! * events (`NotUpgradablePods` on the SidecarSet, `ResetContainerSucceed`
 //!   / `ResetContainerFailed` on hot-upgraded pods).
 //!
-//! Pods are listed from the API server at the start of every round (so a
-//! round always sees at least the state that triggered it); the planner's
-//! expectations are still kept in memory and handed back, as it asks.
+//! Pods are read from the manager's shared pod watch once it shows this
+//! controller's own last pod writes for the SidecarSet (until then the
+//! round waits; a store that lags too long is bypassed by a LIST, as is one
+//! not listed yet: see `kruise_controller_runtime::expectations`). A round
+//! started by a pod event sees at least that event, since the store takes
+//! each change before it is handed on. The planner's own expectations are
+//! still kept in memory and handed back, as it asks.
 //!
 //! Differences from OpenKruise's controller:
 //! * A pod event that the core schedules with a delay
 //!   ([`pod_update_enqueue`](kruise_core::sidecarset::update::pod_update_enqueue)
-//!   returning 5 s) reconciles at once: pods are read fresh from the API
-//!   server, so kubelet's status is never missed.
+//!   returning 5 s) reconciles at once: the store already holds the
+//!   event, so kubelet's status is never missed.
 //! * While a rollout is unfinished the SidecarSet is also reconciled every
 //!   [`RESYNC_SECONDS`], as a safety net for missed pod events.
 //! * The SidecarSet hashes are those the injection webhook uses: the stored
@@ -51,11 +55,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::{SidecarSet, Stored};
 use kruise_controller_runtime::api_error::is_already_exists;
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::expectations::WatchReads;
 use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
@@ -94,16 +99,22 @@ pub enum Error {
 pub(crate) struct Context {
     pub client: Client,
     pub events: Events,
+    /// Where pods are read, and this controller's pod writes noted (per
+    /// SidecarSet name), so a round never plans on a store without them.
+    pub pods: WatchReads<Pod>,
+    /// The planner's own expectations (pods it upgraded, whose new
+    /// revision it waits to see).
     pub expectations: expectations::Expectations,
     pub defaulted: defaults::Defaulted,
     pub backoff: Backoff,
 }
 
 impl Context {
-    pub(crate) fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client, pods: WatchReads<Pod>) -> Self {
         Self {
             events: Events::new(client.clone(), CONTROLLER_NAME),
             client,
+            pods,
             expectations: expectations::Expectations::default(),
             defaulted: defaults::Defaulted::default(),
             // A SidecarSet retries at least once a minute.
@@ -122,7 +133,8 @@ pub async fn run(client: Client, watches: SharedWatches) {
     if let Err(error) = ensure_revision_namespace(&client).await {
         tracing::warn!(%error, "cannot ensure namespace {REVISION_NAMESPACE}; retrying when a revision is written");
     }
-    let context = Arc::new(Context::new(client.clone()));
+    let pods = WatchReads::from_watch(watches.pods().clone());
+    let context = Arc::new(Context::new(client.clone(), pods));
     // Stored<_>: one SidecarSet our types cannot read must not fail the
     // watch of all the others (reconcile reports and skips it).
     let controller = Controller::new(

@@ -7,12 +7,13 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{SidecarSet, Stored};
 use kruise_controller_runtime::api_error::is_conflict;
+use kruise_controller_runtime::expectations::StoreRead;
 use kruise_core::sidecarset::prepare_stored;
 use kruise_core::sidecarset::update::{
     Stage, UpdateInput, UpdatePlan, compute_status, matching_pods, plan_update,
 };
 use kube::api::ListParams;
-use kube::core::Selector;
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, Resource};
 
@@ -69,7 +70,9 @@ pub(crate) async fn reconcile_once(
     // Defaulted and hashed as the injection webhook sees it.
     let sidecar_set = prepare_stored(stored.clone());
     let name = sidecar_set.metadata.name.clone().unwrap_or_default();
-    let pods = list_pods(client, &sidecar_set).await?;
+    let Some(pods) = read_pods(context, &sidecar_set, &name).await? else {
+        return Ok(Action::requeue(seconds(1)));
+    };
     let namespace_labels = namespace_labels(client, &sidecar_set).await?;
     let matched = matching_pods(&sidecar_set, &pods, &namespace_labels)?;
     let (latest_revision, collision_count) =
@@ -141,28 +144,53 @@ fn next_action(plan: &UpdatePlan, conflicts: usize) -> Action {
 }
 
 /// The pods the SidecarSet could match: its namespace (or all), narrowed by
-/// its selector when the API server can express it (the planner matches
-/// exactly either way).
-async fn list_pods(client: &Client, sidecar_set: &SidecarSet) -> Result<Vec<Pod>, kube::Error> {
-    let api: Api<Pod> = match sidecar_set
+/// its selector when it converts (the planner matches exactly either way).
+/// From the shared pod watch, or listed when it cannot be trusted; None
+/// while the watch lacks this SidecarSet's last pod writes.
+async fn read_pods(
+    context: &Context,
+    sidecar_set: &SidecarSet,
+    name: &str,
+) -> Result<Option<Vec<Pod>>, kube::Error> {
+    let namespace = sidecar_set
         .spec
         .namespace
         .as_deref()
-        .filter(|ns| !ns.is_empty())
-    {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    };
-    let mut params = ListParams::default();
-    if let Some(selector) = sidecar_set
+        .filter(|ns| !ns.is_empty());
+    let selector = sidecar_set
         .spec
         .selector
         .clone()
-        .and_then(|s| Selector::try_from(s).ok())
-    {
-        params = params.labels_from(&selector);
+        .and_then(|s| Selector::try_from(s).ok());
+    match context.pods.read(name) {
+        StoreRead::Current(pods) => Ok(Some(
+            pods.iter()
+                .filter(|pod| {
+                    namespace.is_none_or(|ns| pod.metadata.namespace.as_deref() == Some(ns))
+                })
+                .filter(|pod| {
+                    let none = BTreeMap::new();
+                    let labels = pod.metadata.labels.as_ref().unwrap_or(&none);
+                    selector.as_ref().is_none_or(|s| s.matches(labels))
+                })
+                .map(|pod| Pod::clone(pod))
+                .collect(),
+        )),
+        StoreRead::Behind => Ok(None),
+        StoreRead::ReadFresh => {
+            let api: Api<Pod> = match namespace {
+                Some(namespace) => Api::namespaced(context.client.clone(), namespace),
+                None => Api::all(context.client.clone()),
+            };
+            let mut params = ListParams::default();
+            if let Some(selector) = &selector {
+                params = params.labels_from(selector);
+            }
+            let listed = api.list(&params).await?.items;
+            context.pods.listed(name);
+            Ok(Some(listed))
+        }
     }
-    Ok(api.list(&params).await?.items)
 }
 
 async fn namespace_labels(
@@ -242,6 +270,7 @@ mod fake_api_tests {
 
     use k8s_openapi::api::core::v1::Pod;
     use kruise_api::KruiseObject as _;
+    use kruise_controller_runtime::expectations::WatchReads;
     use kruise_controller_runtime::testing::{FakeApi, container_images};
     use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
     use serde_json::{Value, json};
@@ -319,7 +348,7 @@ mod fake_api_tests {
         let set = sidecar_set("busybox", 1);
         api.insert("pods", injected_pod(&set));
         api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(api.client()));
+        let context = Arc::new(Context::new(api.client(), WatchReads::api_only()));
 
         round(&api, &context).await;
         let after_first = api.writes().len();
@@ -352,7 +381,7 @@ mod fake_api_tests {
         api.insert("pods", injected_pod(&sidecar_set("busybox:1.34.0", 1)));
         let set = sidecar_set("busybox:1.35.0", 2);
         api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(api.client()));
+        let context = Arc::new(Context::new(api.client(), WatchReads::api_only()));
 
         round(&api, &context).await;
 
