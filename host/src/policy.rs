@@ -185,16 +185,23 @@ fn load_policy(
     let path = policies_file::module_path(id, &entry.module, dir)?;
     let wasm = std::fs::read(&path)
         .map_err(|e| fail(format!("cannot read module {}: {e}", path.display())))?;
-    Metadata::of(&wasm)
-        .and_then(|metadata| metadata.check_servable())
+    let metadata = Metadata::of(&wasm)
+        .and_then(|metadata| metadata.check_servable().map(|()| metadata))
         .map_err(|message| fail(format!("module {}: {message}", path.display())))?;
     let settings = settings_from_value(entry.settings).map_err(fail)?;
     let timeout = entry
         .timeout_eval_seconds
         .map(Duration::from_secs)
         .or(default_timeout);
-    let module = load_module(runtime, id, &wasm, &settings, runtime.limits(timeout))
-        .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
+    let module = load_module(
+        runtime,
+        id,
+        &wasm,
+        &metadata,
+        &settings,
+        runtime.limits(timeout),
+    )
+    .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
     let host = PolicyHost {
         policy_id: id.to_owned(),
         grants: Grants {
@@ -219,9 +226,9 @@ fn load_policy(
     ))
 }
 
-/// The module as a policy with `settings` evaluates it: from a snapshot
-/// taken after `validate_settings` when there are settings and the module
-/// asks for one
+/// The module (`wasm`, whose `metadata` the caller has read) as a policy
+/// with `settings` evaluates it: from a snapshot taken after
+/// `validate_settings` when there are settings and the module asks for one
 /// ([`Metadata::snapshot_after_validate_settings`]), else from its own
 /// initial state. A snapshot that cannot be taken is only slower, never
 /// another answer: the module is then used as it is (and a guest that
@@ -230,14 +237,13 @@ pub fn load_module(
     runtime: &Runtime,
     policy_id: &str,
     wasm: &[u8],
+    metadata: &Metadata,
     settings: &Settings,
     limits: Limits,
 ) -> Result<Arc<CompiledModule>, LoadError> {
     // With no settings there is nothing to prepare, and a snapshot costs
     // two more compilations of the module.
-    if !settings.is_empty()
-        && Metadata::of(wasm).is_ok_and(|metadata| metadata.snapshot_after_validate_settings())
-    {
+    if !settings.is_empty() && metadata.snapshot_after_validate_settings() {
         let payload = settings_payload(settings);
         match runtime.load_snapshot(wasm, "validate_settings", &payload, limits) {
             Ok(module) => return Ok(module),

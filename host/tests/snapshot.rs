@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use common::runtime;
 use kruise_wasm_host::admission::Settings;
+use kruise_wasm_host::metadata::Metadata;
 use kruise_wasm_host::policy::load_module;
 use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on};
 use serde_json::json;
@@ -86,10 +87,13 @@ fn each_evaluation_starts_from_the_state_validate_settings_left() {
 #[test]
 fn a_policy_with_settings_is_loaded_from_its_snapshot_when_its_module_asks() {
     let wasm = counting_guest("");
-    let with_settings = load_module(runtime(), "p", &wasm, &some_settings(), limits()).unwrap();
+    let metadata = Metadata::of(&wasm).unwrap();
+    let with_settings =
+        load_module(runtime(), "p", &wasm, &metadata, &some_settings(), limits()).unwrap();
     assert_eq!(validate(&with_settings), "12P");
     // Without settings there is nothing to prepare.
-    let without = load_module(runtime(), "p", &wasm, &Settings::new(), limits()).unwrap();
+    let without =
+        load_module(runtime(), "p", &wasm, &metadata, &Settings::new(), limits()).unwrap();
     assert_eq!(validate(&without), "01-");
 }
 
@@ -101,7 +105,8 @@ fn assert_not_snapshotted_but_served(wasm: &[u8], cause: &str) {
         .unwrap_err();
     assert!(matches!(error, LoadError::Snapshot(_)), "{error:?}");
     assert!(error.to_string().contains(cause), "{error}");
-    let served = load_module(runtime(), "p", wasm, &some_settings(), limits()).unwrap();
+    let metadata = Metadata::of(wasm).unwrap();
+    let served = load_module(runtime(), "p", wasm, &metadata, &some_settings(), limits()).unwrap();
     assert_eq!(validate(&served), "01-");
 }
 

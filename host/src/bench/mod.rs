@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use crate::admission::{AdmissionRequest, Enforcement, Settings};
 use crate::capabilities::{Grants, PolicyHost};
 use crate::inject::{pod_create_request, sidecarset_settings};
+use crate::metadata::Metadata;
 use crate::policy::{Policy, load_module};
 use crate::runtime::{CompiledModule, Limits, Runtime, block_on};
 use crate::server::api::Policies;
@@ -293,7 +294,15 @@ fn policies(
     for file in files {
         let limits = runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT));
         let module = if file.snapshot {
-            load_module(runtime, file.id, file.wasm, &file.settings, limits)
+            let metadata = Metadata::of(file.wasm)?;
+            load_module(
+                runtime,
+                file.id,
+                file.wasm,
+                &metadata,
+                &file.settings,
+                limits,
+            )
         } else {
             runtime.load(file.wasm)
         }

@@ -14,8 +14,9 @@ use super::error::LoadError;
 use super::module::{CompiledModule, Limits};
 use super::store_data::StoreData;
 
-/// The module that starts where `module` leaves a fresh instance after
-/// `operation(payload)`, as wasm bytes. The operation runs with no host
+/// The module that starts where `wasm` leaves a fresh instance after
+/// `operation(payload)`, as wasm bytes (`compile` compiles the
+/// instrumented copy that is run). The operation runs with no host
 /// calls granted: a snapshot must not hold what the cluster said at load.
 pub(super) async fn snapshot_after(
     wasm: &[u8],
