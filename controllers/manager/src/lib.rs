@@ -15,6 +15,8 @@ pub mod images;
 #[cfg(feature = "dev")]
 pub mod in_cluster;
 pub mod probes;
+#[cfg(feature = "dev")]
+pub mod scale_bench;
 pub mod supervisor;
 pub mod webhook;
 pub mod webhook_certs;

@@ -75,6 +75,21 @@ enum Command {
         #[arg(long)]
         real_node: bool,
     },
+    /// Measure the controllers at scale on the dev cluster: a CloneSet of
+    /// `--pods` pods and a SidecarSet matching them, scaled up then rolled
+    /// out, by each `--manager` binary in turn (default: this one); prints
+    /// a Markdown report (docs/benchmarks.md).
+    #[cfg(feature = "dev")]
+    ScaleBench {
+        #[arg(long, default_value_t = 2000)]
+        pods: u32,
+        /// ReCreate or InPlaceIfPossible.
+        #[arg(long, default_value = "ReCreate")]
+        strategy: String,
+        /// A manager binary to run; repeat to compare several.
+        #[arg(long)]
+        manager: Vec<PathBuf>,
+    },
     /// Print the generated part of the install (artifacts/deploy/generated.yaml):
     /// the webhook configurations, the host's policies and its read access.
     #[cfg(feature = "dev")]
@@ -207,6 +222,12 @@ async fn main() -> ExitCode {
             tag,
         } => build_images(&manager_binary, &host_binary, &out, push.as_deref(), &tag).await,
         #[cfg(feature = "dev")]
+        Command::ScaleBench {
+            pods,
+            strategy,
+            manager,
+        } => scale_bench(pods, strategy, manager).await,
+        #[cfg(feature = "dev")]
         Command::DeployManifests => {
             kruise_manager::deploy::manifests().map(|text| print!("{text}"))
         }
@@ -241,6 +262,23 @@ async fn dev(options: DevOptions) -> Result<(), String> {
     };
     environment.shutdown().await;
     outcome
+}
+
+#[cfg(feature = "dev")]
+async fn scale_bench(pods: u32, strategy: String, managers: Vec<PathBuf>) -> Result<(), String> {
+    let managers = if managers.is_empty() {
+        vec![std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?]
+    } else {
+        managers
+    };
+    let options = kruise_manager::scale_bench::ScaleOptions {
+        pods,
+        strategy,
+        managers,
+    };
+    let report = kruise_manager::scale_bench::run(&options).await?;
+    println!("{report}");
+    Ok(())
 }
 
 #[cfg(feature = "dev")]
@@ -395,7 +433,8 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
             .await
             .map_err(|e| format!("no cluster configuration found: {e}"))?,
     };
-    kube::Client::try_from(config).map_err(|e| e.to_string())
+    // Counted: `/metrics` says what the controllers cost the API server.
+    kruise_controller_runtime::api_requests::counted_client(config).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
