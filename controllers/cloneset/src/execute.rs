@@ -14,7 +14,7 @@ use kruise_core::cloneset::in_place_apply::{
 use kruise_core::cloneset::new_pod::{new_claims, new_instance_ids, new_pod};
 use kruise_core::cloneset::{
     CONDITION_IN_PLACE_UPDATE_READY, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
-    LABEL_SPECIFIED_DELETE, Plan, Revisions,
+    LABEL_SPECIFIED_DELETE, Plan, Revisions, is_active,
 };
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
@@ -137,7 +137,11 @@ struct InstanceIds {
 
 impl InstanceIds {
     fn new(pods: &[Pod], claims: &[PersistentVolumeClaim], reusable: Vec<String>) -> Self {
-        let pod_ids = pods.iter().map(|p| p.labels().get(LABEL_INSTANCE_ID));
+        // As in the claim plan: a terminating pod's id is free again.
+        let pod_ids = pods
+            .iter()
+            .filter(|p| is_active(p))
+            .map(|p| p.labels().get(LABEL_INSTANCE_ID));
         let claim_ids = claims.iter().map(|c| c.labels().get(LABEL_INSTANCE_ID));
         Self {
             reusable: reusable.into_iter(),

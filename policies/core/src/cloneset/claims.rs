@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 
-use super::LABEL_INSTANCE_ID;
+use super::{LABEL_INSTANCE_ID, is_active};
 use crate::owner::is_controlled_by;
 
 /// What to do with the claims this round.
@@ -49,8 +49,11 @@ pub fn plan_claims(
         })
         .filter_map(|pod| id_of(pod.metadata.labels.as_ref()))
         .collect();
+    // A terminating pod no longer holds its id (OpenKruise plans with
+    // active pods only): its replacement takes the id and the claims back.
     let live_ids: BTreeSet<String> = pods
         .iter()
+        .filter(|pod| is_active(pod))
         .filter_map(|pod| id_of(pod.metadata.labels.as_ref()))
         .filter(|id| !deleted_ids.contains(id))
         .collect();
@@ -164,5 +167,17 @@ mod tests {
             let plan = plan_claims(&cloneset(disable), &[], &claims, &[]);
             assert_eq!(plan, ClaimPlan::default());
         }
+    }
+
+    #[test]
+    fn a_terminating_pod_frees_its_id_and_claims_for_its_replacement() {
+        let mut terminating = pod("ccccc");
+        terminating.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        let pods = [pod("aaaaa"), terminating];
+        let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
+        let plan = plan_claims(&cloneset(false), &pods, &claims, &[]);
+        assert_eq!(plan.reusable_ids, ["ccccc"]);
+        assert!(plan.delete.is_empty());
     }
 }
