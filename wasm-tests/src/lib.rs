@@ -249,7 +249,7 @@ struct InjectResponse {
 /// `injectSidecars` on JSON values.
 pub fn inject_sidecars(request: Value) -> Result<Value, Error> {
     let request: InjectRequest = from_value(request, Strictness::Strict).map_err(|e| match e {
-        // serde_path_to_error names the top level ".".
+        // The top level is named ".".
         ParseError::Field { path, message } if path == "." => format!("request: {message}"),
         e => format!("request: {e}"),
     })?;

@@ -12,8 +12,10 @@ pub mod object;
 pub mod pod_defaults;
 pub mod resourcedistribution;
 pub mod schema;
+mod sidecar_container_fields;
 pub mod sidecarset;
 pub mod stored;
+mod tracked;
 
 pub use cloneset::CloneSet;
 pub use containerrecreaterequest::ContainerRecreateRequest;

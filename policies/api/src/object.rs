@@ -92,27 +92,14 @@ pub fn from_value<T: DeserializeOwned>(
     document: serde_json::Value,
     strictness: Strictness,
 ) -> Result<T, ParseError> {
-    let mut unknown = Vec::new();
-    let mut record_unknown = |path: serde_ignored::Path<'_>| unknown.push(readable_path(&path));
-    let tracked = serde_ignored::Deserializer::new(document, &mut record_unknown);
-    let parsed: Result<T, _> = serde_path_to_error::deserialize(tracked);
-    let value = parsed.map_err(|e| ParseError::Field {
-        path: e.path().to_string(),
-        message: e.into_inner().to_string(),
+    let read = crate::tracked::read::<T>(document).map_err(|failure| ParseError::Field {
+        path: failure.path,
+        message: failure.error.to_string(),
     })?;
-    if strictness == Strictness::Strict && !unknown.is_empty() {
-        return Err(ParseError::UnknownFields(unknown));
+    if strictness == Strictness::Strict && !read.unknown_fields.is_empty() {
+        return Err(ParseError::UnknownFields(read.unknown_fields));
     }
-    Ok(value)
-}
-
-/// serde_ignored writes a `?` segment where an `Option` was entered.
-fn readable_path(path: &serde_ignored::Path<'_>) -> String {
-    let text = path.to_string();
-    text.split('.')
-        .filter(|segment| *segment != "?")
-        .collect::<Vec<_>>()
-        .join(".")
+    Ok(read.value)
 }
 
 /// Check the `apiVersion` and `kind` a document claims against the type it is

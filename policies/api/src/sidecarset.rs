@@ -64,8 +64,9 @@ pub struct SidecarSetSpec {
     pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
 }
 
+// Read through `SidecarContainerFields` (sidecar_container_fields.rs says why).
 /// A `corev1.Container` plus where and how it is injected and upgraded.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct SidecarContainer {

@@ -11,7 +11,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use crate::object::{KruiseObject, Strictness, object_from_value};
+use crate::object::{KruiseObject, Strictness, from_value, object_from_value};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored<K> {
@@ -26,7 +26,7 @@ impl<K: KruiseObject> Stored<K> {
     /// server validates, so never seen from it) is an error.
     pub fn from_value(value: serde_json::Value) -> Result<Self, String> {
         let metadata = match value.get("metadata") {
-            Some(metadata) => ObjectMeta::deserialize(metadata)
+            Some(metadata) => from_value::<ObjectMeta>(metadata.clone(), Strictness::Lenient)
                 .map_err(|e| format!("{} metadata: {e}", K::KIND))?,
             None => ObjectMeta::default(),
         };

@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kruise_api::CloneSet;
+use kruise_api::{CloneSet, Strictness};
 use serde_json::{Value, json};
 
 use super::Revisions;
@@ -67,7 +67,7 @@ fn template_in(data: &Value) -> Option<PodTemplateSpec> {
     if let Some(map) = template.as_object_mut() {
         map.remove("$patch");
     }
-    serde_json::from_value(template).ok()
+    kruise_api::from_value(template, Strictness::Lenient).ok()
 }
 
 /// `template` as a revision holds it, read back: Go's zero values filled

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::sidecarset::{RevisionPolicy, SidecarSetInjectRevision, SidecarSetStatus};
-use kruise_api::{KruiseObject, SidecarSet};
+use kruise_api::{KruiseObject, ParseError, SidecarSet, Strictness};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -216,8 +216,23 @@ fn restore_field<T: DeserializeOwned + Default>(
 ) -> Result<(), String> {
     match spec.get(key) {
         Some(value) => {
-            *target = serde_json::from_value(value.clone())
-                .map_err(|e| format!("data.spec.{key}: {e}"))?;
+            // Read as every other object is, so that each type is compiled
+            // with one deserializer (wasm size).
+            *target =
+                kruise_api::from_value(value.clone(), Strictness::Lenient).map_err(
+                    |e| match e {
+                        ParseError::Field { path, message } if path == "." => {
+                            format!("data.spec.{key}: {message}")
+                        }
+                        ParseError::Field { path, message } if path.starts_with('[') => {
+                            format!("data.spec.{key}{path}: {message}")
+                        }
+                        ParseError::Field { path, message } => {
+                            format!("data.spec.{key}.{path}: {message}")
+                        }
+                        e => format!("data.spec.{key}: {e}"),
+                    },
+                )?;
         }
         None if replace => *target = T::default(),
         None => {}
