@@ -335,6 +335,14 @@ export const apiChecks = {
     );
     expectExactError(() => api.prepareSidecarSet(typo), 'unknown field spec.selectr');
   },
+  'a typo inside a sidecar container throws too'(api) {
+    const containers = [{ name: 'log', image: 'busybox', imagePullPolicx: 'Always' }];
+    const typo = { ...SIDECAR_SET, spec: { ...SIDECAR_SET.spec, containers } };
+    expectExactError(
+      () => api.prepareSidecarSet(typo),
+      'unknown field spec.containers.0.imagePullPolicx',
+    );
+  },
   'a Pod given as a SidecarSet throws the type mismatch'(api) {
     expectExactError(
       () => api.prepareSidecarSet(POD),
