@@ -9,11 +9,12 @@ use kruise_api::CloneSet;
 use kruise_controller_runtime::random::random_u64;
 use kruise_core::cloneset::claims::plan_claims;
 use kruise_core::cloneset::in_place_apply::{
-    apply_graced_patch, lifecycle_patch, ready_status_patch, start_status_patch, update_patch,
+    apply_graced_patch, lifecycle_patch, ready_status_patch, start_status_patch, still_as_planned,
+    update_patch,
 };
 use kruise_core::cloneset::new_pod::{new_claims, new_instance_ids, new_pod};
 use kruise_core::cloneset::{
-    CONDITION_IN_PLACE_UPDATE_READY, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
+    CONDITION_IN_PLACE_UPDATE_READY, InPlaceUpdate, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
     LABEL_SPECIFIED_DELETE, Plan, Revisions, is_active,
 };
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -25,6 +26,9 @@ use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::expectations::OwnerWrites;
 
 use super::reconcile::ReconcileError;
+
+/// How often an in-place update's patch is tried when it meets conflicts.
+const IN_PLACE_ATTEMPTS: u32 = 4;
 
 pub(crate) async fn execute(
     context: &Context,
@@ -82,9 +86,7 @@ pub(crate) async fn execute(
         } else {
             pod
         };
-        writer
-            .patch(&update.pod, update_patch(pod, &update.spec, now))
-            .await?;
+        writer.update_in_place(pod, update, now).await?;
         writer
             .event(
                 "SuccessfulUpdatePodInPlace",
@@ -248,6 +250,41 @@ impl Writer<'_> {
             .await
             .map_err(ReconcileError::api(format!("patch pod {pod}")))?;
         self.written.wrote(&patched);
+        Ok(())
+    }
+
+    /// Step 2 of an in-place update. Its patch carries the resourceVersion
+    /// it was built from; on a conflict the pod is read again and, if it is
+    /// still the one planned (`still_as_planned`), the patch is built again,
+    /// as OpenKruise retries. Without this, the kubelet's answer to step 1
+    /// failed most updates at scale: one pod updated per round.
+    async fn update_in_place(
+        &self,
+        planned: &Pod,
+        update: &InPlaceUpdate,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let mut pod = std::borrow::Cow::Borrowed(planned);
+        for attempt in 1..=IN_PLACE_ATTEMPTS {
+            match self
+                .patch(&update.pod, update_patch(&pod, &update.spec, now))
+                .await
+            {
+                Err(error) if error.is_conflict() && attempt < IN_PLACE_ATTEMPTS => {
+                    let fresh = self
+                        .pods
+                        .get(&update.pod)
+                        .await
+                        .map_err(ReconcileError::api(format!("read pod {}", update.pod)))?;
+                    if !still_as_planned(planned, &fresh) {
+                        // Moved on under us: the next round plans from what is there.
+                        return Ok(());
+                    }
+                    pod = std::borrow::Cow::Owned(fresh);
+                }
+                result => return result,
+            }
+        }
         Ok(())
     }
 

@@ -96,7 +96,13 @@ async fn reconcile_cloneset(
     let key = key(cloneset);
     let pods = match pods::read(context, cloneset, &namespace, &uid, &key).await? {
         PodRead::Pods(pods) => pods,
-        PodRead::Wait => return Ok(Action::requeue(STORE_WAIT)),
+        PodRead::Wait => {
+            tracing::debug!(
+                cloneset = key,
+                "waiting for the pod watch to show our writes"
+            );
+            return Ok(Action::requeue(STORE_WAIT));
+        }
     };
     let written = context.pods.writes_of(&key);
     let context = &context.shared;
@@ -115,6 +121,16 @@ async fn reconcile_cloneset(
         gates: FeatureGates::default(),
     };
     let round = plan(&input);
+    tracing::debug!(
+        cloneset = key,
+        pods = pods.len(),
+        create = round.create.len(),
+        delete = round.delete.len(),
+        lifecycle = round.lifecycle.len(),
+        in_place_update = round.in_place_update.len(),
+        in_place_complete = round.in_place_complete.len(),
+        "round planned"
+    );
     execute(
         context,
         written,
@@ -422,6 +438,47 @@ mod tests {
     }
 
     /// The pods the fake API server holds, as watch events.
+    #[tokio::test]
+    async fn an_in_place_update_survives_the_kubelets_answer_to_its_status_write() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "InPlaceIfPossible"));
+        round(&api).await;
+        make_ready(&api).await;
+        round(&api).await;
+        let gated = pods(&api)
+            .await
+            .iter()
+            .filter(|pod| !pod["spec"]["readinessGates"].is_null())
+            .count();
+        assert_eq!(gated, 2, "the pods carry the InPlaceUpdateReady gate");
+
+        set_spec(
+            &api,
+            &json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:2"},
+                                                           {"name": "log", "image": "log:1"}]}}}),
+            2,
+        )
+        .await;
+        // The status write that starts the update moves the pod's
+        // resourceVersion twice, so the update patch built from its answer
+        // meets a conflict and must read the pod again.
+        api.set_kubelet_answers(true);
+        let before = api.seen().len();
+        round(&api).await;
+
+        let seen = &api.seen()[before..];
+        let rereads = seen
+            .iter()
+            .filter(|s| s.method == "GET" && s.path.starts_with(&format!("{PODS}/")))
+            .count();
+        assert_eq!(rereads, 1, "{:?}", writes(seen));
+        let images: Vec<Vec<String>> = pods(&api).await.iter().map(container_images).collect();
+        assert!(
+            images.contains(&vec!["main=nginx:2".to_owned(), "log=log:1".to_owned()]),
+            "{images:?}"
+        );
+    }
+
     async fn pod_events(api: &FakeApi) -> Vec<watcher::Event<Pod>> {
         Api::<Pod>::namespaced(api.client(), "default")
             .list(&ListParams::default())

@@ -89,6 +89,9 @@ enum Command {
         /// A manager binary to run; repeat to compare several.
         #[arg(long)]
         manager: Vec<PathBuf>,
+        /// The managers' RUST_LOG (their logs go to stderr).
+        #[arg(long, default_value = "warn")]
+        manager_log: String,
     },
     /// Print the generated part of the install (artifacts/deploy/generated.yaml):
     /// the webhook configurations, the host's policies and its read access.
@@ -226,7 +229,8 @@ async fn main() -> ExitCode {
             pods,
             strategy,
             manager,
-        } => scale_bench(pods, strategy, manager).await,
+            manager_log,
+        } => scale_bench(pods, strategy, manager, manager_log).await,
         #[cfg(feature = "dev")]
         Command::DeployManifests => {
             kruise_manager::deploy::manifests().map(|text| print!("{text}"))
@@ -265,7 +269,12 @@ async fn dev(options: DevOptions) -> Result<(), String> {
 }
 
 #[cfg(feature = "dev")]
-async fn scale_bench(pods: u32, strategy: String, managers: Vec<PathBuf>) -> Result<(), String> {
+async fn scale_bench(
+    pods: u32,
+    strategy: String,
+    managers: Vec<PathBuf>,
+    manager_log: String,
+) -> Result<(), String> {
     let managers = if managers.is_empty() {
         vec![std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?]
     } else {
@@ -275,6 +284,7 @@ async fn scale_bench(pods: u32, strategy: String, managers: Vec<PathBuf>) -> Res
         pods,
         strategy,
         managers,
+        manager_log,
     };
     let report = kruise_manager::scale_bench::run(&options).await?;
     println!("{report}");

@@ -31,6 +31,8 @@ use counters::{
 
 /// How long one step may take before the benchmark gives up.
 const STEP_DEADLINE: Duration = Duration::from_mins(10);
+/// How often a step's progress is written to stderr.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 /// A simulated node takes 110 pods, as a kubelet does by default.
 const PODS_PER_NODE: usize = 110;
 const NAMESPACE: &str = "default";
@@ -43,6 +45,8 @@ pub struct ScaleOptions {
     pub strategy: String,
     /// The manager binaries to compare, run in this order.
     pub managers: Vec<PathBuf>,
+    /// The managers' RUST_LOG.
+    pub manager_log: String,
 }
 
 /// One step of one manager's run.
@@ -83,7 +87,8 @@ pub async fn run(options: &ScaleOptions) -> Result<String, String> {
     for (index, binary) in options.managers.iter().enumerate() {
         let name = format!("scale-{index}");
         eprintln!("{}: {pods} pods, {}", binary.display(), options.strategy);
-        let mut manager = Manager::start(binary, environment.kubeconfig()).await?;
+        let mut manager =
+            Manager::start(binary, environment.kubeconfig(), &options.manager_log).await?;
         let outcome = run_steps(&client, &mut manager, &name, options).await;
         manager.stop();
         reports.extend(outcome?);
@@ -161,7 +166,9 @@ async fn create_sidecarset(client: &Client) -> Result<(), String> {
 /// Polls until every replica runs the update revision and is ready, and
 /// no surge pod is left.
 async fn converged(clonesets: &Api<CloneSet>, name: &str, replicas: i32) -> Result<(), String> {
-    let deadline = Instant::now() + STEP_DEADLINE;
+    let started = Instant::now();
+    let deadline = started + STEP_DEADLINE;
+    let mut next_progress = started + PROGRESS_EVERY;
     let mut last = String::from("never read");
     while Instant::now() < deadline {
         match clonesets.get(name).await {
@@ -174,6 +181,17 @@ async fn converged(clonesets: &Api<CloneSet>, name: &str, replicas: i32) -> Resu
                         && status.updated_ready_replicas == replicas;
                     if done {
                         return Ok(());
+                    }
+                    if Instant::now() >= next_progress {
+                        next_progress += PROGRESS_EVERY;
+                        eprintln!(
+                            "  {:>4} s: {} pods, {} ready, {} updated, {} updated and ready",
+                            started.elapsed().as_secs(),
+                            status.replicas,
+                            status.ready_replicas,
+                            status.updated_replicas,
+                            status.updated_ready_replicas
+                        );
                     }
                 }
                 last = format!("{:?}", cloneset.status);
@@ -226,7 +244,7 @@ struct Manager {
 }
 
 impl Manager {
-    async fn start(binary: &Path, kubeconfig: &Path) -> Result<Self, String> {
+    async fn start(binary: &Path, kubeconfig: &Path, log: &str) -> Result<Self, String> {
         let port = kruise_devcluster::ports::free_ports(1)
             .map_err(|e| format!("no free port for the manager's probes: {e}"))?[0];
         let probes = SocketAddr::from(([127, 0, 0, 1], port));
@@ -237,7 +255,7 @@ impl Manager {
             .arg("--enable-leader-election=false")
             .arg("--probe-address")
             .arg(probes.to_string())
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", log)
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;

@@ -39,6 +39,8 @@ struct State {
     down: bool,
     /// How long each answer takes.
     delay: std::time::Duration,
+    /// Whether a pod's status write is followed at once by another writer's.
+    kubelet_answers: bool,
     objects: BTreeMap<String, Value>,
     version: u64,
     seen: Vec<Seen>,
@@ -161,6 +163,13 @@ impl FakeApi {
     /// Makes every answer take `delay` (an API server that hangs).
     pub fn set_delay(&self, delay: std::time::Duration) {
         self.lock().delay = delay;
+    }
+
+    /// Acts as a kubelet that answers every status write to a pod with one
+    /// of its own, as a real one does when a readiness gate flips: the
+    /// stored pod's resourceVersion moves on right after the writer's answer.
+    pub fn set_kubelet_answers(&self, on: bool) {
+        self.lock().kubelet_answers = on;
     }
 
     pub fn get(&self, path: &str) -> Option<Value> {
@@ -319,6 +328,14 @@ impl State {
         }
         object["metadata"]["resourceVersion"] = json!(self.next_version());
         self.objects.insert(key.to_owned(), object.clone());
+        if self.kubelet_answers
+            && target.plural == "pods"
+            && target.subresource.as_deref() == Some("status")
+        {
+            let mut answered = object.clone();
+            answered["metadata"]["resourceVersion"] = json!(self.next_version());
+            self.objects.insert(key.to_owned(), answered);
+        }
         (200, object)
     }
 

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use super::in_place::InPlaceUpdateSpec;
-use super::pod_state::{LifecycleState, annotation, short_hash};
+use super::pod_state::{LifecycleState, annotation, revision_label, short_hash};
 use super::{
     ANNOTATION_IN_PLACE_UPDATE_GRACE, ANNOTATION_IN_PLACE_UPDATE_STATE,
     CONDITION_IN_PLACE_UPDATE_READY, LABEL_LIFECYCLE_STATE, LABEL_POD_TEMPLATE_HASH,
@@ -37,6 +37,25 @@ fn condition_patch(status: &str, reason: Option<&str>, now: Timestamp) -> Value 
         condition["reason"] = json!(reason);
     }
     json!({"status": {"conditions": [condition]}})
+}
+
+/// Whether a pod read again after step 2's patch met a conflict is still
+/// the pod the update was planned for: not terminating, at the same
+/// revision, with the same container images. Then the patch is built again
+/// from it. The usual cause is harmless: the kubelet answers step 1 with a
+/// status write of its own (the pod turns unready), which moves the
+/// resourceVersion the patch carries.
+pub fn still_as_planned(planned: &Pod, fresh: &Pod) -> bool {
+    let images = |pod: &Pod| -> Vec<(String, Option<String>)> {
+        pod.spec
+            .iter()
+            .flat_map(|spec| &spec.containers)
+            .map(|c| (c.name.clone(), c.image.clone()))
+            .collect()
+    };
+    fresh.metadata.deletion_timestamp.is_none()
+        && revision_label(fresh) == revision_label(planned)
+        && images(fresh) == images(planned)
 }
 
 /// Step 2: one strategic merge patch that moves the pod to the new
@@ -161,4 +180,52 @@ fn grace_annotation(update: &InPlaceUpdateSpec) -> Value {
         "containerImages": update.container_images,
         "graceSeconds": update.grace_seconds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    fn pod(revision: &str, image: &str, resource_version: &str, ready: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web-1", "resourceVersion": resource_version,
+                "labels": {LABEL_REVISION: revision},
+            },
+            "spec": {"containers": [
+                {"name": "app", "image": image}, {"name": "log", "image": "busybox"},
+            ]},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_changed_only_by_the_kubelets_status_write_is_still_as_planned() {
+        let planned = pod("web-old", "nginx:1", "10", "True");
+        assert!(still_as_planned(
+            &planned,
+            &pod("web-old", "nginx:1", "11", "False")
+        ));
+    }
+
+    #[test]
+    fn another_revision_or_image_or_a_deletion_is_not() {
+        let planned = pod("web-old", "nginx:1", "10", "True");
+        assert!(!still_as_planned(
+            &planned,
+            &pod("web-new", "nginx:1", "11", "True")
+        ));
+        assert!(!still_as_planned(
+            &planned,
+            &pod("web-old", "nginx:2", "11", "True")
+        ));
+        let mut deleting = pod("web-old", "nginx:1", "11", "True");
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(!still_as_planned(&planned, &deleting));
+    }
 }
