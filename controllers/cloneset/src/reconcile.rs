@@ -304,6 +304,28 @@ mod tests {
         }
     }
 
+    /// A CloneSet of two pods, created and ready, after a settled round.
+    async fn two_ready_pods(strategy: &str) -> FakeApi {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", strategy));
+        round(&api).await;
+        make_ready(&api).await;
+        round(&api).await;
+        api
+    }
+
+    /// The user's image change of the main container (generation 2).
+    async fn new_main_image(api: &FakeApi) {
+        let containers =
+            json!([{"name": "main", "image": "nginx:2"}, {"name": "log", "image": "log:1"}]);
+        set_spec(
+            api,
+            &json!({"template": {"spec": {"containers": containers}}}),
+            2,
+        )
+        .await;
+    }
+
     /// The user's edit: `spec` merged into the CloneSet's, a new generation.
     async fn set_spec(api: &FakeApi, spec: &Value, generation: i64) {
         let mut stored = api.get(CLONESET).unwrap();
@@ -369,11 +391,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_scale_in_deletes_one_pod_and_a_settled_round_writes_nothing() {
-        let api = FakeApi::default();
-        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
-        round(&api).await;
-        make_ready(&api).await;
-        round(&api).await;
+        let api = two_ready_pods("ReCreate").await;
         let before = api.seen().len();
         round(&api).await;
         assert_eq!(
@@ -402,19 +420,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_in_place_update_patches_one_container_image_and_keeps_the_others() {
-        let api = FakeApi::default();
-        api.insert("clonesets", cloneset(2, "nginx:1", "InPlaceIfPossible"));
-        round(&api).await;
-        make_ready(&api).await;
-        round(&api).await;
+        let api = two_ready_pods("InPlaceIfPossible").await;
 
-        set_spec(
-            &api,
-            &json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:2"},
-                                                           {"name": "log", "image": "log:1"}]}}}),
-            2,
-        )
-        .await;
+        new_main_image(&api).await;
         let before = api.seen().len();
         round(&api).await;
 
@@ -437,14 +445,9 @@ mod tests {
         assert_eq!(images.len(), 2);
     }
 
-    /// The pods the fake API server holds, as watch events.
     #[tokio::test]
     async fn an_in_place_update_survives_the_kubelets_answer_to_its_status_write() {
-        let api = FakeApi::default();
-        api.insert("clonesets", cloneset(2, "nginx:1", "InPlaceIfPossible"));
-        round(&api).await;
-        make_ready(&api).await;
-        round(&api).await;
+        let api = two_ready_pods("InPlaceIfPossible").await;
         let gated = pods(&api)
             .await
             .iter()
@@ -452,13 +455,7 @@ mod tests {
             .count();
         assert_eq!(gated, 2, "the pods carry the InPlaceUpdateReady gate");
 
-        set_spec(
-            &api,
-            &json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:2"},
-                                                           {"name": "log", "image": "log:1"}]}}}),
-            2,
-        )
-        .await;
+        new_main_image(&api).await;
         // The status write that starts the update moves the pod's
         // resourceVersion twice, so the update patch built from its answer
         // meets a conflict and must read the pod again.
@@ -479,6 +476,7 @@ mod tests {
         );
     }
 
+    /// The pods the fake API server holds, as watch events.
     async fn pod_events(api: &FakeApi) -> Vec<watcher::Event<Pod>> {
         Api::<Pod>::namespaced(api.client(), "default")
             .list(&ListParams::default())

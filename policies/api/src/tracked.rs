@@ -461,18 +461,7 @@ impl<'de> VariantAccess<'de> for VariantReader<'_> {
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, Error> {
-        let path = Path::Field {
-            parent: self.path,
-            name: &self.variant,
-        };
-        let result = match self.value {
-            Value::Array(items) => visit_array(items, &path, self.findings, visitor),
-            other => Err(de::Error::invalid_type(
-                unexpected(&other),
-                &"tuple variant",
-            )),
-        };
-        note_if_failed(result, &path, self.findings)
+        self.read_data(VariantShape::Tuple, visitor)
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -480,13 +469,40 @@ impl<'de> VariantAccess<'de> for VariantReader<'_> {
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
+        self.read_data(VariantShape::Struct, visitor)
+    }
+}
+
+/// What a variant with several values holds: an array or an object.
+#[derive(Clone, Copy, PartialEq)]
+enum VariantShape {
+    Tuple,
+    Struct,
+}
+
+impl VariantReader<'_> {
+    /// The variant's values, read at the variant's path.
+    fn read_data<'de, V: Visitor<'de>>(
+        self,
+        shape: VariantShape,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
         let path = Path::Field {
             parent: self.path,
             name: &self.variant,
         };
-        let result = match self.value {
-            Value::Object(fields) => visit_object(fields, &path, self.findings, visitor),
-            other => Err(de::Error::invalid_type(
+        let result = match (self.value, shape) {
+            (Value::Array(items), VariantShape::Tuple) => {
+                visit_array(items, &path, self.findings, visitor)
+            }
+            (Value::Object(fields), VariantShape::Struct) => {
+                visit_object(fields, &path, self.findings, visitor)
+            }
+            (other, VariantShape::Tuple) => Err(de::Error::invalid_type(
+                unexpected(&other),
+                &"tuple variant",
+            )),
+            (other, VariantShape::Struct) => Err(de::Error::invalid_type(
                 unexpected(&other),
                 &"struct variant",
             )),
