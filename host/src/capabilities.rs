@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
 use crate::runtime::HostCalls;
 
 /// A Kubernetes kind a policy may read (`contextAwareResources`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextAwareResource {
     pub api_version: String,

@@ -192,7 +192,7 @@ fn review_from(request: &Value) -> Result<SubjectAccessReview, String> {
     serde_json::from_value(review).map_err(|e| format!("cannot read the can_i request: {e}"))
 }
 
-async fn client(credentials: Credentials<'_>) -> Result<Client, String> {
+pub(crate) async fn client(credentials: Credentials<'_>) -> Result<Client, String> {
     let config = match credentials {
         Credentials::Kubeconfig(path) => {
             let kubeconfig = Kubeconfig::read_from(path)

@@ -82,6 +82,18 @@ struct BenchArgs {
     /// Runs per server and workload when comparing.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
     rounds: u16,
+    /// Only these workloads, comma-separated: add-label, launch-priority,
+    /// sidecarset, sidecarset-no-snapshot, sidecarset-cluster. By default
+    /// all (sidecarset-cluster only with --kubeconfig).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// A cluster (the dev cluster's kubeconfig, say): adds the workload
+    /// sidecarset-cluster, the sidecarset policy reading its SidecarSets
+    /// there (ours from watch caches, policy-server through its host
+    /// calls). The bench stores scs-demo there unless the cluster has a
+    /// SidecarSet of that name.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -408,6 +420,8 @@ fn bench(args: &BenchArgs) -> Result<String, String> {
             instances: args.instances,
             policy_server: args.policy_server.clone(),
             rounds: usize::from(args.rounds),
+            workloads: args.workloads.clone(),
+            kubeconfig: args.kubeconfig.clone(),
         },
     )?;
     Ok(report.join("\n"))

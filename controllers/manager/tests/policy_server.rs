@@ -27,6 +27,7 @@ use kruise_policy_modules::{
     LAUNCH_PRIORITY, MUTATE_CRR, MUTATE_DEFAULTS, MUTATE_IMAGEPULL, PolicyModule, SIDECARSET,
     VALIDATE_CLONESET, VALIDATE_RESOURCEDISTRIBUTION, VALIDATE_SIDECARSET,
 };
+use kruise_wasm_host::bench::{self, BenchConfig};
 use kruise_wasm_host::live_cluster::Credentials;
 use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
 use kruise_wasm_host::serve::{self, ClusterSource, ServeFiles};
@@ -152,6 +153,7 @@ async fn policy_server_and_our_host_answer_every_request_alike() {
     })
     .await
     .unwrap();
+    bench_in_cluster_mode(&env).await;
     let pod_uid = stock_the_cluster(&env).await;
     let mut reference = PolicyServer::start(&env);
     let ours = our_plain_host(&env).await;
@@ -191,6 +193,49 @@ async fn policy_server_and_our_host_answer_every_request_alike() {
     drop(ours);
     drop(reference);
     env.shutdown().await;
+}
+
+/// `kruise-wasm bench`'s cluster-mode workload, briefly, on the empty
+/// cluster: the bench stores scs-demo there itself, then both servers must
+/// inject it from the cluster (the bench checks each one's answer before
+/// loading it). Timings are not asserted.
+async fn bench_in_cluster_mode(env: &DevEnvironment) {
+    let kubeconfig = env.kubeconfig().to_path_buf();
+    let report = tokio::task::spawn_blocking(move || {
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: dev::compile_cache(),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        bench::run(
+            &runtime,
+            &BenchConfig {
+                connections: 2,
+                duration: Duration::from_millis(300),
+                workers: 2,
+                tls: None,
+                instances: 1,
+                policy_server: Some(kubewarden_tool("policy-server", "KRUISE_POLICY_SERVER")),
+                rounds: 1,
+                workloads: vec!["sidecarset-cluster".to_owned()],
+                kubeconfig: Some(kubeconfig),
+            },
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let lines: Vec<&String> = report
+        .iter()
+        .filter(|l| l.split_whitespace().nth(1) == Some("sidecarset-cluster"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{report:#?}");
+    for (line, server) in lines.iter().zip(["ours", "policy-server"]) {
+        assert!(line.contains(server), "{line}");
+        assert!(line.ends_with(" 0 errors, 1 rounds)"), "{line}");
+        assert!(!line.contains("(0 requests"), "{line}");
+    }
+    assert!(lines[2].contains("x throughput"), "{}", lines[2]);
 }
 
 /// What the context-aware modules read: the user's SidecarSets, and a

@@ -127,7 +127,7 @@ impl Load {
         while Instant::now() < deadline {
             let sent = Instant::now();
             match exchange(&mut stream, &request, &mut buffer).await {
-                Ok(200) => tally.0.push(sent.elapsed()),
+                Ok(Head { status: 200, .. }) => tally.0.push(sent.elapsed()),
                 Ok(_) => tally.1 += 1,
                 Err(_) => {
                     tally.1 += 1;
@@ -135,6 +135,35 @@ impl Load {
                 }
             }
         }
+    }
+
+    /// One request on a connection of its own: the answer's status and
+    /// body (to check what a server answers before it is measured).
+    pub fn answer(&self) -> Result<(u16, Vec<u8>), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start the load generator: {e}"))?;
+        runtime.block_on(async {
+            let mut tcp = TcpStream::connect(self.address)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", self.address))?;
+            let (request, mut buffer) = (self.request_bytes(), Vec::new());
+            let head = match &self.tls {
+                None => exchange(&mut tcp, &request, &mut buffer).await,
+                Some(config) => {
+                    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+                    let mut tls = TlsConnector::from(Arc::clone(config))
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| format!("TLS: {e}"))?;
+                    exchange(&mut tls, &request, &mut buffer).await
+                }
+            }
+            .map_err(|e| format!("{}{}: {e}", self.address, self.path))?;
+            Ok((head.status, buffer.split_off(head.body_start)))
+        })
     }
 
     fn request_bytes(&self) -> Vec<u8> {
@@ -149,9 +178,9 @@ impl Load {
     }
 }
 
-/// Sends one request and reads its whole answer; the status code.
-/// `buffer` is reused between exchanges and empty on return.
-async fn exchange<S>(stream: &mut S, request: &[u8], buffer: &mut Vec<u8>) -> std::io::Result<u16>
+/// Sends one request and reads its whole answer into `buffer` (reused
+/// between exchanges, cleared first); the answer's head.
+async fn exchange<S>(stream: &mut S, request: &[u8], buffer: &mut Vec<u8>) -> std::io::Result<Head>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -168,8 +197,10 @@ where
         read_more(stream, buffer).await?;
     }
     // A keep-alive answer is followed by nothing until the next request.
-    buffer.clear();
-    Ok(head.status)
+    if buffer.len() > head.total_len {
+        return Err(broken("more bytes than the answer's Content-Length"));
+    }
+    Ok(head)
 }
 
 async fn read_more<S: AsyncRead + Unpin>(
@@ -189,6 +220,8 @@ async fn read_more<S: AsyncRead + Unpin>(
 #[derive(Debug, PartialEq, Eq)]
 struct Head {
     status: u16,
+    /// Where the body starts.
+    body_start: usize,
     /// Headers plus body.
     total_len: usize,
 }
@@ -211,6 +244,7 @@ fn parse_head(bytes: &[u8]) -> std::io::Result<Option<Head>> {
         .ok_or_else(|| broken("no Content-Length"))?;
     Ok(Some(Head {
         status,
+        body_start: end + 4,
         total_len: end + 4 + length,
     }))
 }
@@ -253,6 +287,7 @@ mod tests {
             parse_head(answer).unwrap(),
             Some(Head {
                 status: 200,
+                body_start: answer.len() - 2,
                 total_len: answer.len()
             })
         );
@@ -271,10 +306,9 @@ mod tests {
             server
         });
         let mut buffer = Vec::new();
-        assert_eq!(
-            exchange(&mut client, b"ping", &mut buffer).await.unwrap(),
-            404
-        );
+        let head = exchange(&mut client, b"ping", &mut buffer).await.unwrap();
+        assert_eq!(head.status, 404);
+        assert_eq!(&buffer[head.body_start..], b"nope!");
         drop(serving.await.unwrap());
         let error = exchange(&mut client, b"ping", &mut buffer)
             .await

@@ -1,4 +1,4 @@
-//! `kruise-wasm bench`: starts the policy server on loopback with the two
+//! `kruise-wasm bench`: starts the policy server on loopback with the
 //! embedded modules, loads it over plain HTTP and TLS, and measures the
 //! fixed cost of a fresh instance.
 //!
@@ -7,7 +7,8 @@
 //! mutation through typed Kubernetes objects), and the sidecarset module on
 //! the seed pod (`pod-test-pod` with `scs-demo` inline), as our server
 //! serves it (from a snapshot taken after validate_settings) and without
-//! that snapshot.
+//! that snapshot. With a kubeconfig, also the sidecarset module reading
+//! `scs-demo` from that cluster (our server from its watch caches).
 //!
 //! With `--policy-server`, Kubewarden's policy-server serves the same
 //! modules and settings beside ours, with the same workers and transport,
@@ -15,6 +16,7 @@
 //! machine is shared: alternation spreads its noise over both); the report
 //! gives both medians and the ratios.
 
+mod cluster;
 pub mod load;
 mod policy_server;
 
@@ -28,16 +30,18 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
-use crate::admission::{AdmissionRequest, Enforcement, Settings};
+use crate::admission::{Enforcement, Settings};
 use crate::capabilities::{Grants, PolicyHost};
+use crate::cluster_fixtures::ClusterReads;
 use crate::inject::{pod_create_request, sidecarset_settings};
+use crate::live_cluster::LiveCluster;
 use crate::metadata::Metadata;
 use crate::policy::{Policy, load_module};
 use crate::runtime::{CompiledModule, Limits, Runtime, block_on};
 use crate::server::api::Policies;
 use crate::server::{self, ServerConfig, TlsFiles};
 use load::{Figures, Load};
-use policy_server::{PolicyFile, PolicyServer};
+use policy_server::{KUBERNETES_CAPABILITIES, PolicyFile, PolicyServer};
 
 const SEED_POD: &str = include_str!("../../../policies/fixtures/examples/pod-test-pod.yaml");
 const SCS_DEMO: &str = include_str!("../../../policies/fixtures/examples/sidecarset-scs-demo.yaml");
@@ -47,6 +51,17 @@ const ORDERED_POD: &str =
 /// The sidecarset workload's policy without the snapshot our server
 /// takes after validate_settings.
 const NO_SNAPSHOT: &str = "sidecarset-no-snapshot";
+/// The sidecarset policy reading its SidecarSets from the cluster.
+const CLUSTER: &str = "sidecarset-cluster";
+
+/// Every workload: the policy it is POSTed to and the pod it creates.
+const WORKLOADS: [(&str, &str); 5] = [
+    ("add-label", SEED_POD),
+    ("launch-priority", ORDERED_POD),
+    ("sidecarset", SEED_POD),
+    (NO_SNAPSHOT, SEED_POD),
+    (CLUSTER, SEED_POD),
+];
 
 /// The longest run accepted: a bench must not hold a shared machine.
 pub const MAX_DURATION: Duration = Duration::from_mins(1);
@@ -65,6 +80,42 @@ pub struct BenchConfig {
     pub policy_server: Option<PathBuf>,
     /// Runs per server and workload when comparing.
     pub rounds: usize,
+    /// The workloads to run by name; empty runs every one that can run.
+    pub workloads: Vec<String>,
+    /// The kubeconfig of the cluster the cluster-mode workload reads.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// The workloads `config` asks for: those it names, or else every one
+/// that can run (the cluster-mode one needs a kubeconfig).
+fn chosen_workloads(config: &BenchConfig) -> Result<Vec<(&'static str, &'static str)>, String> {
+    if let Some(unknown) = config
+        .workloads
+        .iter()
+        .find(|name| !WORKLOADS.iter().any(|(id, _)| id == name))
+    {
+        let known: Vec<&str> = WORKLOADS.iter().map(|(id, _)| *id).collect();
+        return Err(format!(
+            "no workload {unknown}: the workloads are {}",
+            known.join(", ")
+        ));
+    }
+    let chosen: Vec<_> = WORKLOADS
+        .into_iter()
+        .filter(|(id, _)| {
+            if config.workloads.is_empty() {
+                *id != CLUSTER || config.kubeconfig.is_some()
+            } else {
+                config.workloads.iter().any(|name| name == id)
+            }
+        })
+        .collect();
+    if config.kubeconfig.is_none() && chosen.iter().any(|(id, _)| *id == CLUSTER) {
+        return Err(format!(
+            "{CLUSTER} reads its SidecarSets from a cluster: give --kubeconfig"
+        ));
+    }
+    Ok(chosen)
 }
 
 /// Runs everything and returns the report's lines.
@@ -75,17 +126,14 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
             MAX_DURATION.as_secs()
         ));
     }
-    let files = policy_files()?;
-    let (policies, modules) = policies(runtime, &files)?;
-    let workloads = [
-        ("add-label", review(SEED_POD)?),
-        ("launch-priority", review(ORDERED_POD)?),
-        ("sidecarset", review(SEED_POD)?),
-        (NO_SNAPSHOT, review(SEED_POD)?),
-    ];
-    for (policy, body) in &workloads {
-        check_mutates(&policies, policy, body)?;
-    }
+    let chosen = chosen_workloads(config)?;
+    let files = policy_files(&chosen)?;
+    let cluster = connect_cluster(config, &chosen)?;
+    let (policies, modules) = policies(runtime, &files, cluster.as_ref())?;
+    let workloads = chosen
+        .iter()
+        .map(|(policy, pod)| Ok((*policy, review(pod)?)))
+        .collect::<Result<Vec<_>, String>>()?;
     let mut transports = vec![("http", None)];
     if let Some((files, ca)) = &config.tls {
         transports.push(("https", Some((files.clone(), client_config(ca)?))));
@@ -120,6 +168,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
                 &files,
                 config.workers,
                 tls_files.as_ref(),
+                config.kubeconfig.as_deref(),
             )?),
             None => None,
         };
@@ -132,6 +181,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
                 connections: config.connections,
                 duration: config.duration,
             };
+            check_mutates(&ours, "our server")?;
             warm_up(&ours)?;
             let Some(reference) = &reference else {
                 report.push(line(transport, policy, &ours.run()?));
@@ -141,6 +191,7 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
                 address: reference.address,
                 ..ours.clone()
             };
+            check_mutates(&theirs, "policy-server")?;
             warm_up(&theirs)?;
             let (mut mine, mut other) = (Vec::new(), Vec::new());
             for _ in 0..config.rounds.max(1) {
@@ -151,6 +202,33 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
         }
         server.shutdown();
     }
+    report.extend(instance_costs(&modules, runtime, config.instances)?);
+    Ok(report)
+}
+
+/// The cluster the cluster-mode workload reads, with scs-demo stored there,
+/// when that workload was chosen.
+fn connect_cluster(
+    config: &BenchConfig,
+    chosen: &[(&str, &str)],
+) -> Result<Option<Arc<LiveCluster>>, String> {
+    match &config.kubeconfig {
+        Some(path) if chosen.iter().any(|(id, _)| *id == CLUSTER) => {
+            let scs_demo: Value = serde_yaml::from_str(SCS_DEMO).map_err(|e| e.to_string())?;
+            let kinds = Metadata::of(kruise_policy_modules::SIDECARSET.wasm)?;
+            cluster::connect(path, &scs_demo, &kinds.context_aware_resources).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What a sidecarset instance costs before its policy runs, fresh and from
+/// the snapshot, timed when their workloads ran.
+fn instance_costs(
+    modules: &BTreeMap<String, Arc<CompiledModule>>,
+    runtime: &Runtime,
+    count: usize,
+) -> Result<Vec<String>, String> {
     let timed = [
         (
             NO_SNAPSHOT,
@@ -161,11 +239,11 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
             "sidecarset instance from its snapshot (instantiate)",
         ),
     ];
-    for (id, label) in timed {
-        let module = modules.get(id).ok_or_else(|| format!("no policy {id}"))?;
-        report.push(instance_cost(module, label, runtime, config.instances)?);
-    }
-    Ok(report)
+    timed
+        .into_iter()
+        .filter_map(|(id, label)| Some((modules.get(id)?, label)))
+        .map(|(module, label)| instance_cost(module, label, runtime, count))
+        .collect()
 }
 
 /// Fills the pool's slots and the connections' TLS sessions.
@@ -250,51 +328,59 @@ fn line(transport: &str, policy: &str, figures: &Figures) -> String {
 
 type PolicyMap = BTreeMap<String, Arc<Policy>>;
 
-/// The bench's policies, as both servers load them.
-fn policy_files() -> Result<Vec<PolicyFile<'static>>, String> {
+/// The policies of the `chosen` workloads, as both servers load them.
+fn policy_files(chosen: &[(&str, &str)]) -> Result<Vec<PolicyFile<'static>>, String> {
     let scs_demo: Value = serde_yaml::from_str(SCS_DEMO).map_err(|e| e.to_string())?;
-    Ok(vec![
-        PolicyFile {
-            id: "sidecarset",
-            wasm: kruise_policy_modules::SIDECARSET.wasm,
-            settings: sidecarset_settings(vec![scs_demo.clone()], "default", None),
-            snapshot: true,
-        },
+    let inline = sidecarset_settings(vec![scs_demo], "default", None);
+    let file = |id, wasm, settings, snapshot, reads_cluster| PolicyFile {
+        id,
+        wasm,
+        settings,
+        snapshot,
+        reads_cluster,
+    };
+    let sidecarset = kruise_policy_modules::SIDECARSET.wasm;
+    let all = [
+        file("sidecarset", sidecarset, inline.clone(), true, false),
         // The same policy, each evaluation from the module's own initial
         // state: what the snapshot after validate_settings saves.
-        PolicyFile {
-            id: NO_SNAPSHOT,
-            wasm: kruise_policy_modules::SIDECARSET.wasm,
-            settings: sidecarset_settings(vec![scs_demo], "default", None),
-            snapshot: false,
-        },
-        PolicyFile {
-            id: "launch-priority",
-            wasm: kruise_policy_modules::LAUNCH_PRIORITY.wasm,
-            settings: Settings::new(),
-            snapshot: true,
-        },
-        PolicyFile {
-            id: "add-label",
-            wasm: kruise_policy_modules::BENCH_ADD_LABEL.wasm,
-            settings: add_label_settings(),
-            snapshot: true,
-        },
-    ])
+        file(NO_SNAPSHOT, sidecarset, inline, false, false),
+        // No inline SidecarSets: the policy reads the cluster's.
+        file(CLUSTER, sidecarset, Settings::new(), true, true),
+        file(
+            "launch-priority",
+            kruise_policy_modules::LAUNCH_PRIORITY.wasm,
+            Settings::new(),
+            true,
+            false,
+        ),
+        file(
+            "add-label",
+            kruise_policy_modules::BENCH_ADD_LABEL.wasm,
+            add_label_settings(),
+            true,
+            false,
+        ),
+    ];
+    Ok(all
+        .into_iter()
+        .filter(|file| chosen.iter().any(|(id, _)| *id == file.id))
+        .collect())
 }
 
-/// The policies as our server loads them, and each one's module (for the
-/// instance timing).
+/// The policies as our server loads them (those that read the cluster read
+/// `cluster`), and each one's module (for the instance timing).
 fn policies(
     runtime: &Runtime,
     files: &[PolicyFile<'_>],
+    cluster: Option<&Arc<LiveCluster>>,
 ) -> Result<(PolicyMap, BTreeMap<String, Arc<CompiledModule>>), String> {
     let mut policies = PolicyMap::new();
     let mut modules = BTreeMap::new();
     for file in files {
         let limits = runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT));
+        let metadata = Metadata::of(file.wasm)?;
         let module = if file.snapshot {
-            let metadata = Metadata::of(file.wasm)?;
             load_module(
                 runtime,
                 file.id,
@@ -308,10 +394,21 @@ fn policies(
         }
         .map_err(|e| e.to_string())?;
         modules.insert(file.id.to_owned(), Arc::clone(&module));
-        let host = PolicyHost {
-            policy_id: file.id.to_owned(),
-            grants: Grants::default(),
-            cluster: None,
+        let host = if file.reads_cluster {
+            PolicyHost {
+                policy_id: file.id.to_owned(),
+                grants: Grants {
+                    host_capabilities: vec![KUBERNETES_CAPABILITIES.to_owned()],
+                    context_aware_resources: metadata.context_aware_resources,
+                },
+                cluster: cluster.map(|c| Arc::clone(c) as Arc<dyn ClusterReads>),
+            }
+        } else {
+            PolicyHost {
+                policy_id: file.id.to_owned(),
+                grants: Grants::default(),
+                cluster: None,
+            }
         };
         let policy = Policy::new(
             file.id,
@@ -348,19 +445,20 @@ fn review(pod_yaml: &str) -> Result<Vec<u8>, String> {
     .map_err(|e| e.to_string())
 }
 
-/// A workload that the policy rejects would measure the wrong path: each
-/// must come back as an accepted mutation.
-fn check_mutates(policies: &PolicyMap, id: &str, body: &[u8]) -> Result<(), String> {
-    let review: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let request = AdmissionRequest::from_document(review).map_err(|e| e.to_string())?;
-    let policy = policies.get(id).ok_or_else(|| format!("no policy {id}"))?;
-    let response = block_on(policy.validate(&request));
-    if response.allowed && response.patch.is_some() {
+/// A workload that the policy rejects (or a cluster read that fails)
+/// would measure the wrong path: each must come back from each server as
+/// an accepted mutation.
+fn check_mutates(load: &Load, server: &str) -> Result<(), String> {
+    let (status, body) = load.answer()?;
+    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let response = &review["response"];
+    if status == 200 && response["allowed"] == true && response["patch"].is_string() {
         Ok(())
     } else {
         Err(format!(
-            "{id} does not mutate its bench pod: {}",
-            response.to_json()
+            "{server} does not mutate the pod of {}: {status} {}",
+            load.path,
+            String::from_utf8_lossy(&body)
         ))
     }
 }
@@ -406,6 +504,7 @@ fn instance_cost(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -417,6 +516,60 @@ mod tests {
             p50: Duration::from_micros(p50_us),
             p99: Duration::from_micros(p99_us),
         }
+    }
+
+    fn config(workloads: &[&str], kubeconfig: Option<&str>) -> BenchConfig {
+        BenchConfig {
+            connections: 1,
+            duration: Duration::from_secs(1),
+            workers: 1,
+            tls: None,
+            instances: 1,
+            policy_server: None,
+            rounds: 1,
+            workloads: workloads.iter().map(|w| (*w).to_owned()).collect(),
+            kubeconfig: kubeconfig.map(PathBuf::from),
+        }
+    }
+
+    fn ids(config: &BenchConfig) -> Result<Vec<&'static str>, String> {
+        chosen_workloads(config).map(|chosen| chosen.into_iter().map(|(id, _)| id).collect())
+    }
+
+    #[test]
+    fn every_workload_runs_by_default_the_cluster_one_with_a_kubeconfig() {
+        let local = ["add-label", "launch-priority", "sidecarset", NO_SNAPSHOT];
+        assert_eq!(ids(&config(&[], None)).unwrap(), local);
+        assert_eq!(
+            ids(&config(&[], Some("kubeconfig"))).unwrap(),
+            [&local[..], &[CLUSTER]].concat()
+        );
+    }
+
+    #[test]
+    fn named_workloads_run_alone_and_unknown_or_unrunnable_ones_are_refused() {
+        assert_eq!(
+            ids(&config(&[CLUSTER], Some("kubeconfig"))).unwrap(),
+            [CLUSTER]
+        );
+        assert_eq!(
+            ids(&config(&["sidecarset", "add-label"], None)).unwrap(),
+            ["add-label", "sidecarset"]
+        );
+        let unknown = ids(&config(&["sidecar"], None)).unwrap_err();
+        assert!(unknown.starts_with("no workload sidecar: the workloads are add-label,"));
+        let no_cluster = ids(&config(&[CLUSTER], None)).unwrap_err();
+        assert!(no_cluster.contains("give --kubeconfig"), "{no_cluster}");
+    }
+
+    #[test]
+    fn only_the_chosen_workloads_policies_are_loaded() {
+        let files = policy_files(&[(CLUSTER, SEED_POD)]).unwrap();
+        let [file] = &files[..] else {
+            panic!("{} files", files.len());
+        };
+        assert_eq!(file.id, CLUSTER);
+        assert!(file.reads_cluster && file.settings.is_empty());
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Kubewarden's policy-server, started beside our server for the
 //! side-by-side bench: the same modules and settings (written out as its
-//! policies.yml), the same workers, transport and loopback address. It
-//! runs without a cluster (`--ignore-kubernetes-connection-failure`): the
-//! bench's policies make no host calls; and logs warnings only, as ours
-//! does (at its default, info, it writes a line per request). Killed when
-//! dropped.
+//! policies.yml), the same workers, transport and loopback address. With a
+//! kubeconfig it reads that cluster (the policies that read the cluster are
+//! granted their kinds and the Kubernetes host calls, as our server grants
+//! them); without one it runs without a cluster
+//! (`--ignore-kubernetes-connection-failure`). It logs warnings only, as
+//! ours does (at its default, info, it writes a line per request). Killed
+//! when dropped.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use crate::admission::Settings;
+use crate::metadata::Metadata;
 use crate::server::TlsFiles;
 
 /// How long policy-server may take to compile the modules and start.
@@ -29,7 +32,15 @@ pub struct PolicyFile<'a> {
     /// Whether our server may start its evaluations from a snapshot
     /// (`policy::load_module`); policy-server has none either way.
     pub snapshot: bool,
+    /// Whether the policy reads the cluster: it is granted the kinds its
+    /// metadata declares (`contextAwareResources`) and the Kubernetes host
+    /// calls.
+    pub reads_cluster: bool,
 }
+
+/// The host calls a policy that reads the cluster is granted, on both
+/// servers.
+pub const KUBERNETES_CAPABILITIES: &str = "kubernetes/*";
 
 #[derive(Debug)]
 pub struct PolicyServer {
@@ -42,14 +53,16 @@ pub struct PolicyServer {
 
 impl PolicyServer {
     /// Writes the modules and policies.yml under `dir` (a directory of its
-    /// own) and starts
-    /// `program` on them; returns once its readiness probe answers 200.
+    /// own) and starts `program` on them, reading the cluster of
+    /// `kubeconfig` if there is one; returns once its readiness probe
+    /// answers 200.
     pub fn start(
         program: &Path,
         dir: &Path,
         policies: &[PolicyFile<'_>],
         workers: usize,
         tls: Option<&TlsFiles>,
+        kubeconfig: Option<&Path>,
     ) -> Result<Self, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let policies_file = write_policies(dir, policies)?;
@@ -65,7 +78,6 @@ impl PolicyServer {
             .args(["--addr", "127.0.0.1", "--workers", &workers.to_string()])
             .args(["--port", &port.to_string()])
             .args(["--readiness-probe-port", &readiness.to_string()])
-            .arg("--ignore-kubernetes-connection-failure")
             // It logs every request at info; ours logs none.
             .args(["--log-level", "warn", "--log-no-color"])
             .arg("--policies-download-dir")
@@ -75,11 +87,14 @@ impl PolicyServer {
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(errors);
+        // It runs in `dir`: relative paths would not resolve there.
+        let absolute =
+            |path: &Path| std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()));
+        match kubeconfig {
+            Some(path) => command.env("KUBECONFIG", absolute(path)?),
+            None => command.arg("--ignore-kubernetes-connection-failure"),
+        };
         if let Some(files) = tls {
-            // It runs in `dir`: relative paths would not resolve there.
-            let absolute = |path: &Path| {
-                std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
-            };
             command
                 .arg("--cert-file")
                 .arg(absolute(&files.cert)?)
@@ -143,14 +158,17 @@ fn write_policies(dir: &Path, policies: &[PolicyFile<'_>]) -> Result<PathBuf, St
     for policy in policies {
         let module = dir.join(format!("{}.wasm", policy.id));
         std::fs::write(&module, policy.wasm).map_err(|e| format!("{}: {e}", module.display()))?;
-        entries.insert(
-            policy.id.to_owned(),
-            json!({
-                "module": format!("file://{}", module.display()),
-                "allowedToMutate": true,
-                "settings": policy.settings,
-            }),
-        );
+        let mut entry = json!({
+            "module": format!("file://{}", module.display()),
+            "allowedToMutate": true,
+            "settings": policy.settings,
+        });
+        if policy.reads_cluster {
+            let kinds = Metadata::of(policy.wasm)?.context_aware_resources;
+            entry["contextAwareResources"] = json!(kinds);
+            entry["hostCapabilities"] = json!([KUBERNETES_CAPABILITIES]);
+        }
+        entries.insert(policy.id.to_owned(), entry);
     }
     let path = dir.join("policies.yml");
     let yaml = serde_yaml::to_string(&Value::Object(entries)).map_err(|e| e.to_string())?;
@@ -198,6 +216,7 @@ mod tests {
                     .unwrap()
                     .clone(),
                 snapshot: true,
+                reads_cluster: false,
             }],
         )
         .unwrap();
@@ -212,6 +231,36 @@ mod tests {
             }})
         );
         assert_eq!(std::fs::read(module).unwrap(), b"\0asm");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_policy_reading_the_cluster_is_granted_its_kinds_and_the_kubernetes_calls() {
+        let dir = std::env::temp_dir().join(format!("bench-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = write_policies(
+            &dir,
+            &[PolicyFile {
+                id: "sidecarset-cluster",
+                wasm: kruise_policy_modules::SIDECARSET.wasm,
+                settings: Settings::new(),
+                snapshot: true,
+                reads_cluster: true,
+            }],
+        )
+        .unwrap();
+        let written: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let entry = &written["sidecarset-cluster"];
+        assert_eq!(entry["hostCapabilities"], json!(["kubernetes/*"]));
+        assert_eq!(
+            entry["contextAwareResources"],
+            json!([
+                {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet"},
+                {"apiVersion": "v1", "kind": "Namespace"},
+                {"apiVersion": "apps/v1", "kind": "ControllerRevision"},
+            ])
+        );
+        assert_eq!(entry["settings"], json!({}));
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
