@@ -70,7 +70,10 @@ impl PolicyServer {
         let log = dir.join("policy-server.log");
         let output = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let errors = output.try_clone().map_err(|e| e.to_string())?;
-        let mut command = Command::new(program);
+        // It runs in `dir`: relative paths would not resolve there.
+        let absolute =
+            |path: &Path| std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()));
+        let mut command = Command::new(absolute(program)?);
         command
             .current_dir(dir)
             .arg("--policies")
@@ -87,9 +90,6 @@ impl PolicyServer {
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(errors);
-        // It runs in `dir`: relative paths would not resolve there.
-        let absolute =
-            |path: &Path| std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()));
         match kubeconfig {
             Some(path) => command.env("KUBECONFIG", absolute(path)?),
             None => command.arg("--ignore-kubernetes-connection-failure"),
