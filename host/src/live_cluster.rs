@@ -13,7 +13,7 @@ use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, ResourceExt as _};
 use serde_json::Value;
 
 use crate::capabilities::ContextAwareResource;
@@ -230,8 +230,12 @@ async fn watch(
     let target = Arc::clone(&snapshot);
     tokio::spawn(async move {
         let mut ready_tx = Some(ready_tx);
-        let events = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff();
+        // Without managedFields, as policy-server's caches hold them: the
+        // same objects reach the policies, and each list answer a guest
+        // reads is a third of the size.
+        let objects = watcher(api, watcher::Config::default())
+            .modify(|object| object.managed_fields_mut().clear());
+        let events = reflector::reflector(writer, objects).default_backoff();
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
             match event {
