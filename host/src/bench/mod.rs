@@ -394,21 +394,22 @@ fn policies(
         }
         .map_err(|e| e.to_string())?;
         modules.insert(file.id.to_owned(), Arc::clone(&module));
-        let host = if file.reads_cluster {
-            PolicyHost {
-                policy_id: file.id.to_owned(),
-                grants: Grants {
-                    host_capabilities: vec![KUBERNETES_CAPABILITIES.to_owned()],
-                    context_aware_resources: metadata.context_aware_resources,
-                },
-                cluster: cluster.map(|c| Arc::clone(c) as Arc<dyn ClusterReads>),
-            }
+        let (grants, cluster) = if file.reads_cluster {
+            let grants = Grants {
+                host_capabilities: vec![KUBERNETES_CAPABILITIES.to_owned()],
+                context_aware_resources: metadata.context_aware_resources,
+            };
+            (
+                grants,
+                cluster.map(|c| Arc::clone(c) as Arc<dyn ClusterReads>),
+            )
         } else {
-            PolicyHost {
-                policy_id: file.id.to_owned(),
-                grants: Grants::default(),
-                cluster: None,
-            }
+            (Grants::default(), None)
+        };
+        let host = PolicyHost {
+            policy_id: file.id.to_owned(),
+            grants,
+            cluster,
         };
         let policy = Policy::new(
             file.id,

@@ -202,25 +202,28 @@ fn http_status(address: SocketAddr, path: &str) -> Option<u16> {
 mod tests {
     use super::*;
 
+    /// policies.yml as written for `file` in a directory of its own (the
+    /// module files beside it), read back.
+    fn written(file: PolicyFile<'_>, dir: &Path) -> Value {
+        std::fs::create_dir_all(dir).unwrap();
+        let path = write_policies(dir, &[file]).unwrap();
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
     #[test]
     fn policies_yml_names_each_module_file_with_its_settings() {
         let dir = std::env::temp_dir().join(format!("bench-policies-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = write_policies(
-            &dir,
-            &[PolicyFile {
+        let settings = json!({"key": "k", "value": "v"});
+        let written = written(
+            PolicyFile {
                 id: "add-label",
                 wasm: b"\0asm",
-                settings: json!({"key": "k", "value": "v"})
-                    .as_object()
-                    .unwrap()
-                    .clone(),
+                settings: settings.as_object().unwrap().clone(),
                 snapshot: true,
                 reads_cluster: false,
-            }],
-        )
-        .unwrap();
-        let written: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            },
+            &dir,
+        );
         let module = dir.join("add-label.wasm");
         assert_eq!(
             written,
@@ -237,19 +240,16 @@ mod tests {
     #[test]
     fn a_policy_reading_the_cluster_is_granted_its_kinds_and_the_kubernetes_calls() {
         let dir = std::env::temp_dir().join(format!("bench-cluster-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = write_policies(
-            &dir,
-            &[PolicyFile {
+        let written = written(
+            PolicyFile {
                 id: "sidecarset-cluster",
                 wasm: kruise_policy_modules::SIDECARSET.wasm,
                 settings: Settings::new(),
                 snapshot: true,
                 reads_cluster: true,
-            }],
-        )
-        .unwrap();
-        let written: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            },
+            &dir,
+        );
         let entry = &written["sidecarset-cluster"];
         assert_eq!(entry["hostCapabilities"], json!(["kubernetes/*"]));
         assert_eq!(
