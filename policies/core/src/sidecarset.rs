@@ -32,6 +32,7 @@ mod revision;
 pub mod update;
 pub mod validation;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -222,11 +223,10 @@ fn display_name(pod: &Pod) -> String {
     }
 }
 
-fn names(sidecar_sets: &[SidecarSet]) -> Vec<String> {
+fn names(sidecar_sets: &[Cow<'_, SidecarSet>]) -> Vec<String> {
     sidecar_sets
         .iter()
-        .map(sidecar_set_name)
-        .map(str::to_owned)
+        .map(|s| sidecar_set_name(s).to_owned())
         .collect()
 }
 

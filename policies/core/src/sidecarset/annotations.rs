@@ -2,6 +2,7 @@
 //! per-SidecarSet hash records and injected list (§3.4), and the hot-upgrade
 //! bookkeeping (§3.7).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kruise_api::SidecarSet;
@@ -133,7 +134,7 @@ fn sorted_keys(value: Value) -> Value {
 /// annotations after `patchPodMetadata`.
 pub(super) fn injected(
     existing: &BTreeMap<String, String>,
-    selected: &[SidecarSet],
+    selected: &[Cow<'_, SidecarSet>],
     built: &Built,
     now: &str,
 ) -> Result<BTreeMap<String, String>, InjectionError> {

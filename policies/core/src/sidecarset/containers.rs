@@ -2,6 +2,7 @@
 //! with shared volume mounts and devices, transferred env, `IS_INJECTED`,
 //! and hot-upgrade twins; plus the volumes and pull secrets they bring.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
@@ -81,7 +82,7 @@ impl Shared {
 }
 
 /// Build the injected containers of every selected SidecarSet, in order.
-pub(super) fn build(pod: &Pod, selected: &[SidecarSet]) -> Result<Built, InjectionError> {
+pub(super) fn build(pod: &Pod, selected: &[Cow<'_, SidecarSet>]) -> Result<Built, InjectionError> {
     let shared = Shared::of(pod);
     let injected = injected_names(selected);
     let mut built = Built::default();
@@ -104,7 +105,7 @@ struct Sources<'a> {
     injected: &'a BTreeSet<&'a str>,
 }
 
-fn injected_names(selected: &[SidecarSet]) -> BTreeSet<&str> {
+fn injected_names<'a>(selected: &'a [Cow<'_, SidecarSet>]) -> BTreeSet<&'a str> {
     selected
         .iter()
         .flat_map(|s| s.spec.init_containers.iter().chain(&s.spec.containers))

@@ -1,5 +1,6 @@
 //! Which SidecarSets apply to a pod (spec 01 §3.1, §3.2 and §5).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -14,12 +15,13 @@ pub(super) const CANARY_ANNOTATION: &str = "apps.kruise.io/sidecarset-canary";
 pub(super) const BASE_ANNOTATION: &str = "apps.kruise.io/sidecarset-base";
 
 /// The SidecarSets to inject, sorted by name, each already resolved to the
-/// revision this pod gets. A canary replaces its base.
-pub(super) fn select(
+/// revision this pod gets (borrowed unless it is a historical one). A
+/// canary replaces its base.
+pub(super) fn select<'a>(
     pod: &Pod,
     namespace: &str,
-    ctx: &InjectionContext<'_>,
-) -> Result<Vec<SidecarSet>, InjectionError> {
+    ctx: &InjectionContext<'a>,
+) -> Result<Vec<Cow<'a, SidecarSet>>, InjectionError> {
     let mut candidates: Vec<&SidecarSet> = ctx.sidecar_sets.iter().collect();
     candidates.sort_by(|a, b| sidecar_set_name(a).cmp(sidecar_set_name(b)));
 

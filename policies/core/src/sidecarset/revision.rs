@@ -4,6 +4,7 @@
 //! stored by the SidecarSet controller as a ControllerRevision whose data
 //! holds `spec.{volumes,containers,initContainers,imagePullSecrets,patchPodMetadata}`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -24,11 +25,11 @@ const OWNER_LABEL: &str = "kruise.io/sidecarset-name";
 
 /// The SidecarSet as this pod should receive it: the current one, or the
 /// historical revision `injectionStrategy.revision` selects.
-pub(super) fn suitable(
-    current: &SidecarSet,
+pub(super) fn suitable<'a>(
+    current: &'a SidecarSet,
     pod: &Pod,
     ctx: &InjectionContext<'_>,
-) -> Result<SidecarSet, InjectionError> {
+) -> Result<Cow<'a, SidecarSet>, InjectionError> {
     let Some(wanted) = current
         .spec
         .injection_strategy
@@ -36,9 +37,9 @@ pub(super) fn suitable(
         .and_then(|s| s.revision.as_ref())
         .filter(|r| r.revision_name.is_some() || r.custom_version.is_some())
     else {
-        return Ok(current.clone());
+        return Ok(Cow::Borrowed(current));
     };
-    let historical = restore(current, find(current, wanted, ctx.revisions)?)?;
+    let historical = Cow::Owned(restore(current, find(current, wanted, ctx.revisions)?)?);
     let strategy = current.spec.update_strategy.clone().unwrap_or_default();
     if strategy.paused || wanted.policy != Some(RevisionPolicy::Partial) {
         return Ok(historical);
@@ -59,7 +60,7 @@ pub(super) fn suitable(
         }
     }
     let Some(IntOrString::String(partition)) = &strategy.partition else {
-        return Ok(current.clone());
+        return Ok(Cow::Borrowed(current));
     };
     let share = parse_percentage(partition).ok_or_else(|| InjectionError::InvalidPartition {
         sidecar_set: sidecar_set_name(current).to_owned(),
@@ -73,7 +74,7 @@ pub(super) fn suitable(
     Ok(if draw < share {
         historical
     } else {
-        current.clone()
+        Cow::Borrowed(current)
     })
 }
 
@@ -297,7 +298,9 @@ mod tests {
             revisions: std::slice::from_ref(&revision),
             ..Default::default()
         };
-        let restored = suitable(&current, &Pod::default(), &ctx).unwrap();
+        let restored = suitable(&current, &Pod::default(), &ctx)
+            .unwrap()
+            .into_owned();
 
         assert_eq!(
             restored.spec.containers[0].container.image.as_deref(),
