@@ -23,6 +23,7 @@ pub use imagepulljob::ImagePullJob;
 pub use nodeimage::NodeImage;
 pub use object::{
     KruiseObject, ParseError, Strictness, from_value, from_yaml, object_from_value, parse_object,
+    stored_object_from_json,
 };
 pub use resourcedistribution::ResourceDistribution;
 pub use sidecarset::SidecarSet;

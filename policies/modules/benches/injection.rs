@@ -3,6 +3,9 @@
 //! module on a warm instance and on a fresh instance per call (what
 //! policy-server pays per request). Inputs: the seed pod (test-pod with
 //! scs-demo) and a 20-container pod with volume sharing and env transfer.
+//! Then cluster mode: the seed pod with scs-demo read through the
+//! `list_resources_all` host call, answered with the SidecarSet as the
+//! API server stores it (defaults and hash annotations stamped).
 //!
 //! `cargo bench -p kruise-policy-modules --bench injection`
 
@@ -17,6 +20,7 @@ use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
 use kruise_policy_modules::SIDECARSET;
 use kruise_policy_sidecarset::{Environment, Instance, NoCluster, prepare};
+use kruise_policy_support::cluster::HostCalls;
 use serde_json::{Value, json};
 
 const NOW: &str = "2026-11-29T10:00:00Z";
@@ -53,9 +57,13 @@ fn twenty_containers() -> (Value, Value) {
     (pod, sidecarset)
 }
 
-fn payload(pod: &Value, sidecarset: &Value) -> Vec<u8> {
+fn payload(pod: &Value, sidecarset: Option<&Value>) -> Vec<u8> {
+    let settings = match sidecarset {
+        Some(sidecarset) => json!({"sidecarSets": [sidecarset]}),
+        None => json!({}),
+    };
     serde_json::to_vec(&json!({
-        "settings": {"sidecarSets": [sidecarset]},
+        "settings": settings,
         "request": {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                     "resource": {"group": "", "version": "v1", "resource": "pods"},
                     "namespace": "default", "operation": "CREATE", "object": pod}
@@ -64,12 +72,75 @@ fn payload(pod: &Value, sidecarset: &Value) -> Vec<u8> {
 }
 
 fn new_host(engine: &wasmtime::Engine, module: &wasmtime::Module) -> wapc::WapcHost {
+    new_host_answering(engine, module, None)
+}
+
+fn new_host_answering(
+    engine: &wasmtime::Engine,
+    module: &wasmtime::Module,
+    host_calls: Option<Box<wapc::HostCallback>>,
+) -> wapc::WapcHost {
     let provider = wasmtime_provider::WasmtimeEngineProviderBuilder::new()
         .engine(engine.clone())
         .module(module.clone())
         .build()
         .unwrap();
-    wapc::WapcHost::new(Box::new(provider), None).unwrap()
+    wapc::WapcHost::new(Box::new(provider), host_calls).unwrap()
+}
+
+/// scs-demo as a `list_resources_all` answer: stored by the API server
+/// after the SidecarSet webhook defaulted it and stamped its hashes.
+fn stored_list(sidecarset: &Value) -> Vec<u8> {
+    let stored = prepare(serde_json::from_value(sidecarset.clone()).unwrap());
+    serde_json::to_vec(
+        &json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSetList",
+        "metadata": {"resourceVersion": "1"}, "items": [stored]}),
+    )
+    .unwrap()
+}
+
+fn cluster_mode(c: &mut Criterion, engine: &wasmtime::Engine, module: &wasmtime::Module) {
+    let mut group = c.benchmark_group("seed pod, cluster mode");
+    let pod = example("pod-test-pod.yaml");
+    let list = stored_list(&example("sidecarset-scs-demo.yaml"));
+    let payload = payload(&pod, None);
+
+    let answer_list = |operation: &str, _request: &[u8]| match operation {
+        "list_resources_all" => Ok(list.clone()),
+        other => Err(format!("{other} is not answered in this benchmark")),
+    };
+    let cluster = HostCalls(answer_list);
+    let environment = Environment {
+        now: NOW,
+        random_draw: 0.5,
+        cluster: &cluster,
+    };
+    let answer: Value =
+        serde_json::from_slice(&Instance::default().respond(&payload, &environment).unwrap())
+            .unwrap();
+    assert!(answer["mutated_object"].is_object(), "native: no mutation");
+    group.bench_function("native policy (payload to response)", |b| {
+        b.iter(|| {
+            Instance::default()
+                .respond(black_box(&payload), &environment)
+                .unwrap()
+        });
+    });
+
+    let guest_list = list.clone();
+    let callback: Box<wapc::HostCallback> =
+        Box::new(move |_, _, _, operation, _| match operation {
+            "list_resources_all" => Ok(guest_list.clone()),
+            other => Err(format!("{other} is not answered in this benchmark").into()),
+        });
+    let guest = new_host_answering(engine, module, Some(callback));
+    let answer: Value = serde_json::from_slice(&guest.call("validate", &payload).unwrap()).unwrap();
+    assert!(answer["mutated_object"].is_object(), "guest: no mutation");
+    // Nothing is kept between calls in cluster mode: each reads the list.
+    group.bench_function("wasm guest call, warm instance", |b| {
+        b.iter(|| guest.call("validate", black_box(&payload)).unwrap());
+    });
+    group.finish();
 }
 
 fn injection(c: &mut Criterion) {
@@ -106,7 +177,7 @@ fn injection(c: &mut Criterion) {
             b.iter(|| inject(black_box(&pod), &context).unwrap());
         });
 
-        let payload = payload(&pod_json, &sidecarset_json);
+        let payload = payload(&pod_json, Some(&sidecarset_json));
         let environment = Environment {
             now: NOW,
             random_draw: 0.5,
@@ -145,6 +216,7 @@ fn injection(c: &mut Criterion) {
         });
         group.finish();
     }
+    cluster_mode(c, &engine, &module);
 }
 
 criterion_group! {

@@ -91,7 +91,7 @@ impl Cluster for CaseCluster {
             "list_resources_all",
             br#"{"kind":"SidecarSet"}"#,
         )?;
-        read_sidecar_sets(&serde_json::from_slice(&list).unwrap())
+        read_sidecar_sets(&list)
     }
     fn namespace_labels(&self, _: &str) -> Result<BTreeMap<String, String>, String> {
         Ok(serde_json::from_value(self.case["namespaceLabels"].clone()).unwrap_or_default())

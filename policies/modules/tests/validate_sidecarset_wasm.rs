@@ -96,7 +96,7 @@ impl Stored {
 
 impl Cluster for Stored {
     fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
-        read_sidecar_sets(&self.list())
+        read_sidecar_sets(&serde_json::to_vec(&self.list()).map_err(|e| e.to_string())?)
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
         Err(format!("unexpected read of namespace {namespace}"))

@@ -236,7 +236,7 @@ impl<'a> ClusterState<'a> {
 mod guest {
     use std::cell::RefCell;
 
-    use crate::cluster::HostCluster;
+    use crate::cluster::HOST_CLUSTER;
     use crate::{Environment, Instance};
 
     thread_local! {
@@ -258,7 +258,7 @@ mod guest {
         let environment = Environment {
             now: &now,
             random_draw: kruise_policy_support::clock::random_unit(),
-            cluster: &HostCluster,
+            cluster: &HOST_CLUSTER,
         };
         INSTANCE.with_borrow_mut(|instance| instance.respond(payload, &environment))
     }

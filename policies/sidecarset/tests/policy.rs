@@ -165,7 +165,7 @@ impl Cluster for FixtureCluster {
     fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
         self.asked.borrow_mut().push("sidecarsets".into());
         let list = json!({"apiVersion": "v1", "kind": "List", "items": self.sidecar_sets});
-        read_sidecar_sets(&list)
+        read_sidecar_sets(&serde_json::to_vec(&list).map_err(|e| e.to_string())?)
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
         self.asked

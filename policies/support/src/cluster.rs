@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kruise_api::{SidecarSet, Strictness, object_from_value};
+use kruise_api::{SidecarSet, stored_object_from_json};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// Where OpenKruise keeps SidecarSet ControllerRevisions.
@@ -25,17 +26,41 @@ pub struct ListedSidecarSets {
     pub unreadable: Vec<String>,
 }
 
-/// Reads a Kubernetes `List` of SidecarSets, setting aside the items that
-/// do not parse. Only an answer that is not a List at all is an error.
-pub fn read_sidecar_sets(list: &Value) -> Result<ListedSidecarSets, String> {
+/// Reads a host's `List` answer of SidecarSets, setting aside the items
+/// that do not parse. Only an answer that is not a List at all is an error.
+///
+/// Every pod creation reads this list, so each item is read from its text
+/// straight into a SidecarSet, with no parsed document in between (nor a
+/// copy of one); docs/benchmarks.md has what that saved.
+pub fn read_sidecar_sets(answer: &[u8]) -> Result<ListedSidecarSets, String> {
+    let list: ListAnswer<'_> = serde_json::from_slice(answer)
+        .map_err(|e| format!("the host's answer is not a Kubernetes List: {e}"))?;
     let mut listed = ListedSidecarSets::default();
-    for item in list_items(list, Ok)? {
-        match read_sidecar_set(item) {
+    for item in list.items {
+        match stored_object_from_json(item.get()) {
             Ok(sidecar_set) => listed.readable.push(sidecar_set),
-            Err(message) => listed.unreadable.push(message),
+            Err(e) => listed
+                .unreadable
+                .push(format!("SidecarSet {}: {e}", item_name(item))),
         }
     }
     Ok(listed)
+}
+
+/// A Kubernetes `List`, its items kept as text until each is read.
+#[derive(serde::Deserialize)]
+struct ListAnswer<'a> {
+    #[serde(borrow)]
+    items: Vec<&'a RawValue>,
+}
+
+/// The name of a listed object that could not be read, for the message.
+fn item_name(item: &RawValue) -> String {
+    let document: Value = serde_json::from_str(item.get()).unwrap_or_default();
+    document["metadata"]["name"]
+        .as_str()
+        .unwrap_or("unnamed")
+        .to_owned()
 }
 
 /// The cluster state injection reads.
@@ -116,14 +141,6 @@ pub fn list_items<T>(
     items.iter().cloned().map(read).collect()
 }
 
-pub fn read_sidecar_set(item: Value) -> Result<SidecarSet, String> {
-    let name = item["metadata"]["name"]
-        .as_str()
-        .unwrap_or("unnamed")
-        .to_owned();
-    object_from_value(item, Strictness::Lenient).map_err(|e| format!("SidecarSet {name}: {e}"))
-}
-
 /// The requests the guest sends, kept apart from the host call so they can
 /// be checked natively.
 pub mod requests {
@@ -162,35 +179,51 @@ pub mod requests {
     }
 }
 
+/// The cluster read through Kubewarden's `kubernetes` host capabilities.
+/// `F` sends one call (operation, JSON request) and returns the host's
+/// answer: waPC's host call in a module ([`HostCluster`]), canned answers
+/// in native tests and benchmarks, so the reading is the same in both.
+#[derive(Clone, Copy, Debug)]
+pub struct HostCalls<F>(pub F);
+
+/// One `kubernetes` host call: operation and request in, answer out.
+pub type CallFn = fn(&str, &[u8]) -> Result<Vec<u8>, String>;
+
 /// The cluster as the Kubewarden host serves it.
 #[cfg(target_arch = "wasm32")]
-#[derive(Clone, Copy, Debug)]
-pub struct HostCluster;
+pub type HostCluster = HostCalls<CallFn>;
+
+/// The module's cluster: every read is a waPC host call.
+#[cfg(target_arch = "wasm32")]
+pub const HOST_CLUSTER: HostCluster = HostCalls(wapc_call);
 
 #[cfg(target_arch = "wasm32")]
-impl HostCluster {
-    fn call(operation: &str, request: &Value) -> Result<Value, String> {
-        let payload = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-        let answer = kubewarden_policy_sdk::wapc_guest::host_call(
-            "kubewarden",
-            "kubernetes",
-            operation,
-            &payload,
-        )
-        .map_err(|e| format!("kubernetes/{operation}: {e}"))?;
+fn wapc_call(operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    kubewarden_policy_sdk::wapc_guest::host_call("kubewarden", "kubernetes", operation, payload)
+        .map_err(|e| e.to_string())
+}
+
+impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> HostCalls<F> {
+    fn call(&self, operation: &str, request: &Value) -> Result<Value, String> {
+        let answer = self.call_for_bytes(operation, request)?;
         serde_json::from_slice(&answer).map_err(|e| format!("kubernetes/{operation}: {e}"))
+    }
+
+    fn call_for_bytes(&self, operation: &str, request: &Value) -> Result<Vec<u8>, String> {
+        let payload = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        (self.0)(operation, &payload).map_err(|e| format!("kubernetes/{operation}: {e}"))
     }
 }
 
-#[cfg(target_arch = "wasm32")]
-impl Cluster for HostCluster {
+impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> Cluster for HostCalls<F> {
     fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
-        let list = Self::call("list_resources_all", &requests::list_sidecar_sets())?;
-        read_sidecar_sets(&list)
+        let operation = "list_resources_all";
+        let answer = self.call_for_bytes(operation, &requests::list_sidecar_sets())?;
+        read_sidecar_sets(&answer).map_err(|e| format!("kubernetes/{operation}: {e}"))
     }
 
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
-        let object = Self::call("get_resource", &requests::get_namespace(namespace))?;
+        let object = self.call("get_resource", &requests::get_namespace(namespace))?;
         match &object["metadata"]["labels"] {
             Value::Null => Ok(BTreeMap::new()),
             labels => serde_json::from_value(labels.clone())
@@ -199,7 +232,7 @@ impl Cluster for HostCluster {
     }
 
     fn sidecar_set_revisions(&self, sidecar_set: &str) -> Result<Vec<ControllerRevision>, String> {
-        let list = Self::call(
+        let list = self.call(
             "list_resources_by_namespace",
             &requests::list_revisions(sidecar_set),
         )?;
@@ -209,23 +242,21 @@ impl Cluster for HostCluster {
     }
 }
 
-#[cfg(target_arch = "wasm32")]
-impl PodsAndNodes for HostCluster {
+impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> PodsAndNodes for HostCalls<F> {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
-        let answer = Self::call("get_resource", &requests::get_pod(namespace, name));
+        let answer = self.call("get_resource", &requests::get_pod(namespace, name));
         found(answer, &format!("pod {namespace}/{name}"))
     }
 
     fn node(&self, name: &str) -> Result<Option<Node>, String> {
-        let answer = Self::call("get_resource", &requests::get_node(name));
+        let answer = self.call("get_resource", &requests::get_node(name));
         found(answer, &format!("node {name}"))
     }
 }
 
-#[cfg(target_arch = "wasm32")]
-impl KruiseConfiguration for HostCluster {
+impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> KruiseConfiguration for HostCalls<F> {
     fn kruise_configuration(&self) -> Result<Option<BTreeMap<String, String>>, String> {
-        let answer = Self::call("get_resource", &requests::get_kruise_configuration());
+        let answer = self.call("get_resource", &requests::get_kruise_configuration());
         let found: Option<k8s_openapi::api::core::v1::ConfigMap> =
             found(answer, "configmap kruise-configuration")?;
         Ok(found.map(|map| map.data.unwrap_or_default()))
@@ -276,5 +307,67 @@ mod tests {
         let node = requests::get_node("node-1");
         assert_eq!(node["kind"], "Node");
         assert!(node["namespace"].is_null());
+    }
+
+    /// The cluster over canned host-call answers, as in a module.
+    fn answering(list: Result<Value, String>) -> impl Cluster {
+        HostCalls(move |operation: &str, request: &[u8]| {
+            assert_eq!(operation, "list_resources_all");
+            let request: Value = serde_json::from_slice(request).unwrap();
+            assert_eq!(request["kind"], "SidecarSet");
+            list.clone().map(|list| serde_json::to_vec(&list).unwrap())
+        })
+    }
+
+    fn sidecar_set(name: &str, update_type: &str) -> Value {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+               "metadata": {"name": name},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                        "updateStrategy": {"type": update_type}, "unknownField": 1}})
+    }
+
+    #[test]
+    fn listed_sidecarsets_are_read_one_by_one() {
+        let list = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSetList",
+            "items": [sidecar_set("good", "RollingUpdate"), sidecar_set("typo", "RollingUpdat"),
+                      {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "spec": 3}]});
+        let listed = answering(Ok(list)).sidecar_sets().unwrap();
+        let names: Vec<_> = listed
+            .readable
+            .iter()
+            .map(|s| s.metadata.name.as_deref())
+            .collect();
+        // Unknown fields are ignored, as the API server's pruning would.
+        assert_eq!(names, [Some("good")]);
+        assert_eq!(listed.unreadable.len(), 2, "{:?}", listed.unreadable);
+        assert!(
+            listed.unreadable[0].starts_with(
+                "SidecarSet typo: spec.updateStrategy.type: unknown variant `RollingUpdat`"
+            ),
+            "{}",
+            listed.unreadable[0]
+        );
+        assert!(
+            listed.unreadable[1].starts_with("SidecarSet unnamed: spec: invalid type"),
+            "{}",
+            listed.unreadable[1]
+        );
+    }
+
+    #[test]
+    fn an_answer_that_is_no_list_or_a_host_error_fails_the_read() {
+        let not_a_list = answering(Ok(json!({"kind": "SidecarSet"})))
+            .sidecar_sets()
+            .unwrap_err();
+        assert!(
+            not_a_list.starts_with(
+                "kubernetes/list_resources_all: the host's answer is not a Kubernetes List"
+            ),
+            "{not_a_list}"
+        );
+        let refused = answering(Err("not allowed".to_owned()))
+            .sidecar_sets()
+            .unwrap_err();
+        assert_eq!(refused, "kubernetes/list_resources_all: not allowed");
     }
 }

@@ -22,13 +22,13 @@ pub use kubewarden_policy_sdk;
 /// A policy that reads the cluster names its
 /// `fn(&[u8], &impl ...) -> Result<Vec<u8>, String>` as
 /// `validate_reading_cluster`: it is called with the host's cluster
-/// ([`cluster::HostCluster`]).
+/// ([`cluster::HOST_CLUSTER`]).
 #[macro_export]
 macro_rules! export_policy {
     (validate_reading_cluster: $validate:path, validate_settings: $validate_settings:path $(,)?) => {
         #[cfg(target_arch = "wasm32")]
         fn validate_reading_host_cluster(payload: &[u8]) -> Result<Vec<u8>, String> {
-            $validate(payload, &$crate::cluster::HostCluster)
+            $validate(payload, &$crate::cluster::HOST_CLUSTER)
         }
         $crate::export_policy!(
             validate: validate_reading_host_cluster,
@@ -120,7 +120,9 @@ pub fn pod_to_create(request: &KubernetesAdmissionRequest) -> Result<Option<Pod>
     {
         return Err("the request creates a Pod but its object is not a v1 Pod".to_owned());
     }
-    serde_json::from_value(request.object.clone())
+    // Read from the parsed request in place: a copy of it cost as much as
+    // the read.
+    Pod::deserialize(&request.object)
         .map(Some)
         .map_err(|e| format!("the object is not a valid Pod: {e}"))
 }
