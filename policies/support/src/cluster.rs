@@ -181,12 +181,13 @@ pub mod requests {
 
 /// The cluster read through Kubewarden's `kubernetes` host capabilities.
 /// `F` sends one call (operation, JSON request) and returns the host's
-/// answer: waPC's host call in a module ([`HostCluster`]), canned answers
+/// answer: waPC's host call in a module (`HOST_CLUSTER`), canned answers
 /// in native tests and benchmarks, so the reading is the same in both.
 #[derive(Clone, Copy, Debug)]
 pub struct HostCalls<F>(pub F);
 
 /// One `kubernetes` host call: operation and request in, answer out.
+#[cfg(target_arch = "wasm32")]
 pub type CallFn = fn(&str, &[u8]) -> Result<Vec<u8>, String>;
 
 /// The cluster as the Kubewarden host serves it.
