@@ -17,6 +17,10 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+/// A plain or TLS connection to the server.
+trait Connection: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection for S {}
+
 /// One load run.
 #[derive(Debug, Clone)]
 pub struct Load {
@@ -96,24 +100,29 @@ impl Load {
     async fn connection(self, deadline: Instant) -> Result<Tally, String> {
         let mut tally = (Vec::new(), 0);
         while Instant::now() < deadline {
-            let tcp = TcpStream::connect(self.address)
-                .await
-                .map_err(|e| format!("cannot connect: {e}"))?;
-            // Requests are written in one piece and wait for their answer.
-            tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-            match &self.tls {
-                None => self.exchanges(tcp, deadline, &mut tally).await,
-                Some(config) => {
-                    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-                    let tls = TlsConnector::from(Arc::clone(config))
-                        .connect(name, tcp)
-                        .await
-                        .map_err(|e| format!("TLS: {e}"))?;
-                    self.exchanges(tls, deadline, &mut tally).await;
-                }
-            }
+            let stream = self.open().await?;
+            self.exchanges(stream, deadline, &mut tally).await;
         }
         Ok(tally)
+    }
+
+    /// A new connection to the server, TLS when the load has a client
+    /// configuration.
+    async fn open(&self) -> Result<Box<dyn Connection>, String> {
+        let tcp = TcpStream::connect(self.address)
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", self.address))?;
+        // Requests are written in one piece and wait for their answer.
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let Some(config) = &self.tls else {
+            return Ok(Box::new(tcp));
+        };
+        let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+        let tls = TlsConnector::from(Arc::clone(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        Ok(Box::new(tls))
     }
 
     /// Requests back to back on one open connection until the deadline or
@@ -146,22 +155,11 @@ impl Load {
             .build()
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
         runtime.block_on(async {
-            let mut tcp = TcpStream::connect(self.address)
-                .await
-                .map_err(|e| format!("cannot connect to {}: {e}", self.address))?;
+            let mut stream = self.open().await?;
             let (request, mut buffer) = (self.request_bytes(), Vec::new());
-            let head = match &self.tls {
-                None => exchange(&mut tcp, &request, &mut buffer).await,
-                Some(config) => {
-                    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-                    let mut tls = TlsConnector::from(Arc::clone(config))
-                        .connect(name, tcp)
-                        .await
-                        .map_err(|e| format!("TLS: {e}"))?;
-                    exchange(&mut tls, &request, &mut buffer).await
-                }
-            }
-            .map_err(|e| format!("{}{}: {e}", self.address, self.path))?;
+            let head = exchange(&mut stream, &request, &mut buffer)
+                .await
+                .map_err(|e| format!("{}{}: {e}", self.address, self.path))?;
             Ok((head.status, buffer.split_off(head.body_start)))
         })
     }
