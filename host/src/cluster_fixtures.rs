@@ -82,6 +82,12 @@ impl ClusterReads for ClusterFixtures {
 /// The Kubernetes reads a cluster answers: from the fixtures file, or from
 /// the watch caches of a live cluster.
 pub trait ClusterReads: Send + Sync + std::fmt::Debug {
+    /// Whether the reads answer from the cluster's objects yet: `None` when
+    /// they always do (a fixed set), else a flag that becomes true once
+    /// (watch caches after their first list).
+    fn synced(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
     /// A Kubernetes List, as the API server (and policy-server) answers.
     fn list(&self, request: &ListRequest) -> Result<Value, String>;
     /// One object; the API server's NotFound text when there is none.

@@ -2,6 +2,12 @@
 //! reflector per kind some policy may read (its contextAwareResources).
 //! Each watch event refreshes that kind's snapshot; a request only reads a
 //! snapshot and never calls the API.
+//!
+//! The caches fill after the host has started serving, not before: listing
+//! our own kinds may need the CRDs' conversion webhook, which is this host
+//! (a SidecarSet is stored as v1beta1 and the policies read v1alpha1).
+//! Waiting for the caches before serving deadlocked every start with such
+//! an object stored, on the dev cluster and in a Deployment alike.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,11 +25,14 @@ use serde_json::Value;
 use crate::capabilities::ContextAwareResource;
 use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest, get_of, list_of};
 
-type Snapshot = Arc<RwLock<Arc<Vec<Value>>>>;
+/// A kind's objects, `None` until its first list is in.
+type Snapshot = Arc<RwLock<Option<Arc<Vec<Value>>>>>;
 
 /// Watch caches of a cluster. Dropping it stops the watches.
 pub struct LiveCluster {
     snapshots: BTreeMap<(String, String), Snapshot>,
+    /// Becomes true once every kind's first list is in, and stays true.
+    synced: tokio::sync::watch::Receiver<bool>,
     client: Client,
     /// The watches run here, apart from the server's runtime.
     runtime: Option<tokio::runtime::Runtime>,
@@ -55,12 +64,12 @@ pub enum Credentials<'a> {
 }
 
 impl LiveCluster {
-    /// Connects, starts a watch per kind and waits (up to `sync_timeout`)
-    /// until every cache holds the cluster's current objects.
+    /// Connects and starts a watch per kind, without waiting for them to
+    /// fill ([`LiveCluster::synced`] says when they have). Fails when the
+    /// API server cannot be reached or does not know a kind.
     pub fn connect(
         credentials: Credentials<'_>,
         kinds: &[ContextAwareResource],
-        sync_timeout: Duration,
     ) -> Result<Self, String> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -68,41 +77,61 @@ impl LiveCluster {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the watch runtime: {e}"))?;
-        let (client, snapshots) = runtime.block_on(async {
+        let (client, snapshots, synced) = runtime.block_on(async {
             let client = client(credentials).await?;
             let mut snapshots = BTreeMap::new();
-            let mut readers = Vec::new();
+            let mut first_lists = Vec::new();
             for kind in kinds {
                 let key = (kind.api_version.clone(), kind.kind.clone());
                 if snapshots.contains_key(&key) {
                     continue;
                 }
-                let (snapshot, ready) = watch(client.clone(), kind).await?;
+                let (snapshot, listed) = watch(client.clone(), kind).await?;
                 snapshots.insert(key, snapshot);
-                readers.push((kind.clone(), ready));
+                first_lists.push(listed);
             }
-            for (kind, ready) in readers {
-                tokio::time::timeout(sync_timeout, ready)
-                    .await
-                    .map_err(|_| {
-                        format!(
-                            "the watch of {} {} did not sync within {} s",
-                            kind.api_version,
-                            kind.kind,
-                            sync_timeout.as_secs()
-                        )
-                    })?
-                    .map_err(|_| {
-                        format!("the watch of {} {} stopped", kind.api_version, kind.kind)
-                    })?;
-            }
-            Ok::<_, String>((client, snapshots))
+            let (synced_tx, synced) = tokio::sync::watch::channel(first_lists.is_empty());
+            tokio::spawn(async move {
+                for listed in first_lists {
+                    // A watch task only ends with the runtime.
+                    if listed.await.is_err() {
+                        return;
+                    }
+                }
+                tracing::info!("the watch caches hold the cluster's objects");
+                synced_tx.send_replace(true);
+            });
+            Ok::<_, String>((client, snapshots, synced))
         })?;
         Ok(Self {
             snapshots,
+            synced,
             client,
             runtime: Some(runtime),
         })
+    }
+
+    /// Blocks until every watch cache holds the cluster's objects, at most
+    /// `timeout`: for callers that need the cluster's state at once (the
+    /// bench, tests); the server waits per request instead.
+    pub fn wait_synced(&self, timeout: Duration) -> Result<(), String> {
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| "the watch runtime has stopped".to_owned())?;
+        let mut synced = self.synced.clone();
+        runtime
+            .block_on(async {
+                tokio::time::timeout(timeout, synced.wait_for(|synced| *synced)).await
+            })
+            .map_err(|_| {
+                format!(
+                    "the watch caches did not fill within {} s",
+                    timeout.as_secs()
+                )
+            })?
+            .map(drop)
+            .map_err(|_| "the watches stopped".to_owned())
     }
 
     fn snapshot(&self, api_version: &str, kind: &str) -> Result<Arc<Vec<Value>>, String> {
@@ -113,11 +142,17 @@ impl LiveCluster {
         let guard = snapshot
             .read()
             .map_err(|_| "a watch cache is poisoned".to_owned())?;
-        Ok(Arc::clone(&guard))
+        guard.as_ref().map(Arc::clone).ok_or_else(|| {
+            format!("the host's watch cache of {api_version} {kind} has not been filled yet")
+        })
     }
 }
 
 impl ClusterReads for LiveCluster {
+    fn synced(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        Some(self.synced.clone())
+    }
+
     fn list(&self, request: &ListRequest) -> Result<Value, String> {
         list_of(
             &self.snapshot(&request.api_version, &request.kind)?,
@@ -226,10 +261,10 @@ async fn watch(
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
     let snapshot: Snapshot = Arc::default();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (listed_tx, listed_rx) = tokio::sync::oneshot::channel();
     let target = Arc::clone(&snapshot);
     tokio::spawn(async move {
-        let mut ready_tx = Some(ready_tx);
+        let mut listed_tx = Some(listed_tx);
         // Without managedFields, as policy-server's caches hold them: the
         // same objects reach the policies, and each list answer a guest
         // reads is a third of the size.
@@ -248,14 +283,14 @@ async fn watch(
             }
             let objects = to_values(&reader.state(), &resource);
             if let Ok(mut guard) = target.write() {
-                *guard = Arc::new(objects);
+                *guard = Some(Arc::new(objects));
             }
-            if let Some(tx) = ready_tx.take() {
+            if let Some(tx) = listed_tx.take() {
                 let _ = tx.send(());
             }
         }
     });
-    Ok((snapshot, ready_rx))
+    Ok((snapshot, listed_rx))
 }
 
 /// The cached objects as the API would list them: with apiVersion and

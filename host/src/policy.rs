@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::admission::{
     AdmissionRequest, AdmissionResponse, Enforcement, Settings, raw_validation_payload,
@@ -27,7 +28,16 @@ pub struct Policy {
     pub enforcement: Enforcement,
     limits: Limits,
     host: Arc<dyn HostCalls>,
+    /// For a policy that reads the cluster: whether the host's watch caches
+    /// have filled (see [`Policy::with_cluster_reads`]).
+    cluster_synced: Option<watch::Receiver<bool>>,
 }
+
+/// How long an evaluation waits for the host's watch caches to fill. They
+/// fill within a second of start-up; a cluster that cannot be listed for
+/// longer gets each such request refused with the reason, well inside the
+/// API server's webhook timeout (10 s by default).
+const CLUSTER_SYNC_WAIT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -64,6 +74,37 @@ impl Policy {
             enforcement,
             limits,
             host,
+            cluster_synced: None,
+        }
+    }
+
+    /// This policy reads the cluster through caches that fill after the
+    /// server starts (`synced` turns true once they have): each evaluation
+    /// waits for them first, up to [`CLUSTER_SYNC_WAIT`], rather than let
+    /// the guest see an empty cluster or a failed read.
+    #[must_use]
+    pub fn with_cluster_reads(mut self, synced: Option<watch::Receiver<bool>>) -> Self {
+        self.cluster_synced = synced;
+        self
+    }
+
+    /// Waits until the cluster reads are served, if this policy makes any.
+    async fn cluster_ready(&self) -> Result<(), String> {
+        let Some(synced) = &self.cluster_synced else {
+            return Ok(());
+        };
+        if *synced.borrow() {
+            return Ok(());
+        }
+        let mut synced = synced.clone();
+        match tokio::time::timeout(CLUSTER_SYNC_WAIT, synced.wait_for(|synced| *synced)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err("the host's watches of the cluster have stopped".to_owned()),
+            Err(_) => Err(format!(
+                "the host's watch caches of the cluster have not filled after {} s \
+                 (is the API server reachable?)",
+                CLUSTER_SYNC_WAIT.as_secs()
+            )),
         }
     }
 
@@ -93,6 +134,9 @@ impl Policy {
     /// The policy's own verdict, without enforcement (policy-server's
     /// `/audit`).
     pub async fn audit(&self, request: &AdmissionRequest) -> AdmissionResponse {
+        if let Err(reason) = self.cluster_ready().await {
+            return AdmissionResponse::internal_server_error(&request.uid, &reason);
+        }
         let payload = validation_payload(request, &self.settings);
         let answer = self
             .module
@@ -114,6 +158,11 @@ impl Policy {
             .get("uid")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        if let Err(reason) = self.cluster_ready().await {
+            return self
+                .enforcement
+                .apply(AdmissionResponse::internal_server_error(uid, &reason));
+        }
         let answer = self
             .module
             .call("validate", &payload, self.limits, Arc::clone(&self.host))
@@ -202,6 +251,11 @@ fn load_policy(
         runtime.limits(timeout),
     )
     .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
+    // Only a policy granted some kind to read waits for the caches.
+    let cluster_synced = cluster
+        .as_ref()
+        .filter(|_| !entry.context_aware_resources.is_empty())
+        .and_then(|cluster| cluster.synced());
     let host = PolicyHost {
         policy_id: id.to_owned(),
         grants: Grants {
@@ -223,7 +277,8 @@ fn load_policy(
         enforcement,
         runtime.limits(timeout),
         Arc::new(host),
-    ))
+    )
+    .with_cluster_reads(cluster_synced))
 }
 
 /// The module (`wasm`, whose `metadata` the caller has read) as a policy

@@ -16,9 +16,6 @@ use crate::policy::load_policies_with_cluster;
 use crate::runtime::Runtime;
 use crate::server::{self, RunningServer, ServerConfig};
 
-/// How long the watch caches may take to fill at start-up.
-const CACHE_SYNC: Duration = Duration::from_secs(30);
-
 /// Where the Kubernetes host calls get their answers.
 #[derive(Debug, Clone, Copy)]
 pub enum ClusterSource<'a> {
@@ -27,7 +24,8 @@ pub enum ClusterSource<'a> {
     /// A YAML list of objects.
     Fixtures(&'a Path),
     /// A live cluster, through watch caches of the kinds the policies may
-    /// read.
+    /// read. They fill once the server is up (it may be the conversion
+    /// webhook of what they list); evaluations that read them wait.
     Live(Credentials<'a>),
 }
 
@@ -82,11 +80,7 @@ fn connect(
         )),
         ClusterSource::Live(credentials) => {
             let kinds = context_aware_kinds(policies_yml)?;
-            Some(Arc::new(LiveCluster::connect(
-                credentials,
-                &kinds,
-                CACHE_SYNC,
-            )?))
+            Some(Arc::new(LiveCluster::connect(credentials, &kinds)?))
         }
     })
 }

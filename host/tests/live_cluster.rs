@@ -1,13 +1,15 @@
 //! The Kubernetes host capabilities served from watch caches of a real API
-//! server (the dev cluster): lists and gets follow the cluster within
-//! moments, unwatched kinds are refused, can_i asks the API server.
+//! server (the dev cluster): the caches fill even when the conversion
+//! webhook they need comes up after them, lists and gets follow the
+//! cluster within moments, unwatched kinds are refused, can_i asks the API
+//! server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
 use kruise_api::SidecarSet;
-use kruise_devcluster::crds::install_converted_by;
+use kruise_devcluster::crds::{install, install_converted_by};
 use kruise_devcluster::{DevCluster, Options};
 use kruise_wasm_host::capabilities::ContextAwareResource;
 use kruise_wasm_host::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
@@ -34,15 +36,18 @@ fn kind(api_version: &str, kind: &str) -> ContextAwareResource {
     serde_json::from_value(json!({"apiVersion": api_version, "kind": kind})).unwrap()
 }
 
-fn list_sidecar_sets(live: &LiveCluster) -> Vec<String> {
-    let request = ListRequest {
+fn sidecar_sets() -> ListRequest {
+    ListRequest {
         api_version: "apps.kruise.io/v1alpha1".to_owned(),
         kind: "SidecarSet".to_owned(),
         namespace: None,
         label_selector: None,
         field_selector: None,
-    };
-    let list = live.list(&request).unwrap();
+    }
+}
+
+fn list_sidecar_sets(live: &LiveCluster) -> Vec<String> {
+    let list = live.list(&sidecar_sets()).unwrap();
     list["items"]
         .as_array()
         .unwrap()
@@ -73,7 +78,7 @@ fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
         .unwrap();
     let client = cluster.client();
     // Our CRDs store v1beta1: the API server converts through a host.
-    let _converter = runtime
+    let converter = runtime
         .block_on(install_converted_by(&cluster, start_conversion_only))
         .unwrap();
     let sets: Api<SidecarSet> = Api::all(client.clone());
@@ -81,16 +86,38 @@ fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
         .block_on(sets.create(&PostParams::default(), &sidecar_set("first")))
         .unwrap();
 
+    // The converter stops, as when every host replica restarts at once,
+    // and the CRDs change to name an address nothing serves yet (as when
+    // ours replace OpenKruise's): the API server drops the v1alpha1 objects
+    // it had converted, and the stored SidecarSet cannot be listed as
+    // v1alpha1 until a host converts again. So the caches cannot fill
+    // before the host serves; connecting does not wait for them.
+    converter.shutdown();
+    let nobody = kruise_devcluster::ports::free_ports(1).unwrap()[0];
+    let nobody = cluster.conversion_webhook(([127, 0, 0, 1], nobody).into());
+    runtime.block_on(install(&client, &nobody)).unwrap();
     let live = LiveCluster::connect(
         Credentials::Kubeconfig(&cluster.kubeconfig),
         &[
             kind("apps.kruise.io/v1alpha1", "SidecarSet"),
             kind("v1", "Namespace"),
         ],
-        Duration::from_secs(30),
     )
     .unwrap();
-    assert_eq!(list_sidecar_sets(&live), ["first"], "synced before serving");
+    let unfilled = live.list(&sidecar_sets()).unwrap_err();
+    assert!(unfilled.contains("has not been filled yet"), "{unfilled}");
+    let synced = live.synced().unwrap();
+    assert!(!*synced.borrow());
+    let waited = live.wait_synced(Duration::from_secs(1)).unwrap_err();
+    assert!(waited.contains("did not fill within 1 s"), "{waited}");
+
+    // Once a host converts again, the caches fill.
+    let _converter = runtime
+        .block_on(install_converted_by(&cluster, start_conversion_only))
+        .unwrap();
+    live.wait_synced(Duration::from_secs(30)).unwrap();
+    assert!(*synced.borrow());
+    assert_eq!(list_sidecar_sets(&live), ["first"]);
 
     let namespace = live
         .get(&GetRequest {

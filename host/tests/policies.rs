@@ -9,10 +9,16 @@ use std::path::PathBuf;
 
 use common::{module_file, pod_create, runtime, scratch_dir};
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use kruise_wasm_host::admission::AdmissionRequest;
-use kruise_wasm_host::policy::{StartupError, load_policies};
+use kruise_wasm_host::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
+use kruise_wasm_host::policy::{StartupError, load_policies, load_policies_with_cluster};
 use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, block_on};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 fn policies_yml(test_name: &str, yaml: &str) -> PathBuf {
     let path = scratch_dir(test_name).join("policies.yml");
@@ -209,5 +215,89 @@ fn a_raw_policy_diffs_against_the_whole_request() {
             .unwrap()
             .contains(&json!({"op": "remove", "path": "/operation"})),
         "{patch}"
+    );
+}
+
+/// Cluster reads whose caches fill when the test says so.
+#[derive(Debug)]
+struct Filling(watch::Receiver<bool>);
+
+impl ClusterReads for Filling {
+    fn synced(&self) -> Option<watch::Receiver<bool>> {
+        Some(self.0.clone())
+    }
+
+    fn list(&self, _: &ListRequest) -> Result<Value, String> {
+        Ok(json!({"apiVersion": "v1", "kind": "List", "items": []}))
+    }
+
+    fn get(&self, _: &GetRequest) -> Result<Value, String> {
+        Err("not found".to_owned())
+    }
+}
+
+/// A policy granted a kind to read waits for the host's watch caches
+/// before its guest runs (they fill after the server starts); one that
+/// reads nothing never waits. Caches that do not fill, or whose watches
+/// stopped, cost each such request a refusal that says so.
+#[test]
+fn policies_that_read_the_cluster_wait_for_its_caches() {
+    let path = policies_yml(
+        "policies-wait-for-caches",
+        "
+reader:
+  module: file://LAUNCH_PRIORITY
+  allowedToMutate: true
+  contextAwareResources:
+    - {apiVersion: v1, kind: Namespace}
+blind:
+  module: file://LAUNCH_PRIORITY
+  allowedToMutate: true
+",
+    );
+    let load = |synced: watch::Receiver<bool>| {
+        let cluster: Arc<dyn ClusterReads> = Arc::new(Filling(synced));
+        load_policies_with_cluster(runtime(), &path, Some(DEFAULT_TIMEOUT), Some(&cluster)).unwrap()
+    };
+    let request = ordered_pod_create();
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+
+    let (fill, synced) = watch::channel(false);
+    let policies = load(synced);
+    let blind = tokio.block_on(policies["blind"].validate(&request));
+    assert!(blind.allowed && blind.patch.is_some(), "{blind:?}");
+    let filled = Arc::new(AtomicBool::new(false));
+    let filling = {
+        let filled = Arc::clone(&filled);
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            filled.store(true, Ordering::SeqCst);
+            fill.send_replace(true);
+        }
+    };
+    let (read, ()) =
+        tokio.block_on(async { tokio::join!(policies["reader"].validate(&request), filling) });
+    assert!(filled.load(Ordering::SeqCst));
+    assert!(read.allowed && read.patch.is_some(), "{read:?}");
+
+    let (stop, synced) = watch::channel(false);
+    let policies = load(synced);
+    drop(stop);
+    let stopped = tokio.block_on(policies["reader"].validate(&request));
+    assert_eq!(
+        stopped.status.unwrap().message.as_deref(),
+        Some("internal server error: the host's watches of the cluster have stopped")
+    );
+
+    let (_never, synced) = watch::channel(false);
+    let policies = load(synced);
+    let unfilled = tokio.block_on(policies["reader"].validate(&request));
+    assert!(!unfilled.allowed);
+    assert_eq!(
+        unfilled.status.unwrap().message.as_deref(),
+        Some(
+            "internal server error: the host's watch caches of the cluster have not filled \
+             after 5 s (is the API server reachable?)"
+        )
     );
 }

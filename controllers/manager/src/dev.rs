@@ -78,7 +78,9 @@ impl DevEnvironment {
         .map_err(|e| e.to_string())?;
         let client = cluster.client();
         // The CRDs name the host's address before it starts: its watches
-        // need the CRDs, and an empty cluster converts nothing meanwhile.
+        // need the CRDs. Objects a previous run stored (in v1beta1) cannot
+        // be listed until it serves the conversion, so it fills its caches
+        // after it starts serving (host/src/live_cluster.rs).
         let port = kruise_devcluster::ports::free_ports(1)
             .map_err(|e| format!("no free port for the webhook host: {e}"))?[0];
         let conversion = cluster.conversion_webhook(([127, 0, 0, 1], port).into());

@@ -151,6 +151,43 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
     pods_to_delete_are_pods_of_the_cloneset(&kubeconfig, &client, &pods).await;
 }
 
+/// A second start on the first one's data (`kruise-manager dev --work-dir`
+/// twice; in a cluster, every host replica restarting at once). The stored
+/// SidecarSet is v1beta1 and the host lists v1alpha1, through the
+/// conversion webhook it serves itself: it must serve before its caches
+/// fill (it used to wait for them and give up after 30 s), and the first
+/// pod after the restart is injected, its admission waiting for the cache.
+#[tokio::test]
+async fn a_restart_serves_the_sidecarsets_stored_before_it() {
+    let work_dir = std::env::temp_dir().join(format!("kruise-restart-{}", std::process::id()));
+    let options = || DevOptions {
+        sim_nodes: 0,
+        work_dir: Some(work_dir.clone()),
+        run_controllers: false,
+        real_node: false,
+    };
+    let first = DevEnvironment::start(options()).await.unwrap();
+    let sidecarset = examples().join("sidecarset-scs-demo.yaml");
+    kubectl(
+        first.kubeconfig(),
+        &["apply", "-f", sidecarset.to_str().unwrap()],
+    );
+    drop(first);
+
+    let second = DevEnvironment::start(options()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(second.client(), "default");
+    let test_pod = examples().join("pod-test-pod.yaml");
+    let pod: Pod = serde_yaml::from_str(&std::fs::read_to_string(&test_pod).unwrap()).unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let created = pods.create(&dry_run, &pod).await.unwrap();
+    assert_eq!(support::container_names(&created), ["sidecar1", "app"]);
+    drop(second);
+    std::fs::remove_dir_all(&work_dir).unwrap();
+}
+
 /// `podsToDelete` through kubectl and the CloneSet module, which reads the
 /// pods from the cluster: a pod that does not exist or that the CloneSet
 /// does not own is refused naming the field; one of its own is accepted,

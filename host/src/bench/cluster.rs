@@ -25,7 +25,9 @@ pub fn connect(
     kinds: &[ContextAwareResource],
 ) -> Result<Arc<LiveCluster>, String> {
     create_if_absent(kubeconfig, sidecar_set)?;
-    LiveCluster::connect(Credentials::Kubeconfig(kubeconfig), kinds, CACHE_SYNC).map(Arc::new)
+    let live = LiveCluster::connect(Credentials::Kubeconfig(kubeconfig), kinds)?;
+    live.wait_synced(CACHE_SYNC)?;
+    Ok(Arc::new(live))
 }
 
 fn create_if_absent(kubeconfig: &Path, object: &Value) -> Result<(), String> {
