@@ -72,7 +72,8 @@ struct BenchArgs {
     /// The CA the client trusts.
     #[arg(long)]
     ca_file: Option<PathBuf>,
-    /// Fresh instances created to time instantiation.
+    /// Fresh instances created to time instantiation, and evaluations
+    /// timed per workload without HTTP.
     #[arg(long, default_value_t = 2000)]
     instances: usize,
     /// Kubewarden's policy-server binary: serve the same policies with it

@@ -30,7 +30,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
-use crate::admission::{Enforcement, Settings};
+use crate::admission::{AdmissionRequest, Enforcement, Settings};
 use crate::capabilities::{Grants, PolicyHost};
 use crate::cluster_fixtures::ClusterReads;
 use crate::inject::{pod_create_request, sidecarset_settings};
@@ -203,7 +203,47 @@ pub fn run(runtime: &Runtime, config: &BenchConfig) -> Result<Vec<String>, Strin
         server.shutdown();
     }
     report.extend(instance_costs(&modules, runtime, config.instances)?);
+    report.extend(evaluation_costs(&policies, &workloads, config.instances)?);
     Ok(report)
+}
+
+/// What one evaluation of each workload costs on its own: the policy run
+/// on a fresh instance, one after another on this thread, without HTTP,
+/// JSON of the review or other requests beside it. Set beside the server's
+/// figures, it tells the evaluation from the serving.
+fn evaluation_costs(
+    policies: &PolicyMap,
+    workloads: &[(&str, Vec<u8>)],
+    count: usize,
+) -> Result<Vec<String>, String> {
+    workloads
+        .iter()
+        .map(|(id, body)| {
+            let policy = policies.get(*id).ok_or_else(|| format!("no policy {id}"))?;
+            let document = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+            let request = AdmissionRequest::from_document(document).map_err(|e| e.to_string())?;
+            let mut times = Vec::with_capacity(count);
+            for _ in 0..count.max(1) {
+                let started = Instant::now();
+                let answer = block_on(policy.validate(&request));
+                times.push(started.elapsed());
+                if !answer.allowed {
+                    return Err(format!("{id} refused the bench's request: {answer:?}"));
+                }
+            }
+            Ok(format!(
+                "{id} evaluation (fresh instance, no HTTP): median {:.1} µs over {} requests",
+                median_of(&mut times).as_secs_f64() * 1e6,
+                times.len()
+            ))
+        })
+        .collect()
+}
+
+/// The middle of `times` (sorted in place).
+fn median_of(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    times.get(times.len() / 2).copied().unwrap_or_default()
 }
 
 /// The cluster the cluster-mode workload reads, with scs-demo stored there,
@@ -495,11 +535,9 @@ fn instance_cost(
         block_on(module.instantiate_only(limits)).map_err(|e| e.to_string())?;
         times.push(started.elapsed());
     }
-    times.sort_unstable();
-    let median = times[times.len() / 2];
     Ok(format!(
         "{label}: median {:.1} µs over {} instances",
-        median.as_secs_f64() * 1e6,
+        median_of(&mut times).as_secs_f64() * 1e6,
         times.len()
     ))
 }
