@@ -153,8 +153,8 @@ fn read_cluster(
     payload: &[u8],
 ) -> Result<Vec<u8>, String> {
     let unreadable = |e: serde_json::Error| format!("cannot read the {operation} request: {e}");
-    let answer = if operation == "get_resource" {
-        cluster.get(&serde_json::from_slice::<GetRequest>(payload).map_err(unreadable)?)?
+    if operation == "get_resource" {
+        cluster.get(&serde_json::from_slice::<GetRequest>(payload).map_err(unreadable)?)
     } else {
         let request: ListRequest = serde_json::from_slice(payload).map_err(unreadable)?;
         if operation == "list_resources_by_namespace" && request.namespace.is_none() {
@@ -167,9 +167,8 @@ fn read_cluster(
                 .filter(|_| operation != "list_resources_all"),
             ..request
         };
-        cluster.list(&request)?
-    };
-    serde_json::to_vec(&answer).map_err(|e| e.to_string())
+        cluster.list(&request)
+    }
 }
 
 #[cfg(test)]

@@ -8,13 +8,35 @@
 //! set-based ones (`in`, `notin`) and field selectors are refused with a
 //! message; `field_masks` are ignored (the whole object is returned).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// The objects of the fixtures file.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct ClusterFixtures {
-    objects: Vec<Value>,
+    objects: Vec<StoredObject>,
+}
+
+/// An object as the reads serve it: the document they filter on and its
+/// JSON text, written once. An answer copies the texts of the objects it
+/// holds, rather than copying and writing out their documents on every
+/// read.
+#[derive(Debug, Clone)]
+pub struct StoredObject {
+    document: Value,
+    text: Box<RawValue>,
+}
+
+impl StoredObject {
+    pub fn new(document: Value) -> Result<Self, String> {
+        let text = serde_json::value::to_raw_value(&document).map_err(|e| e.to_string())?;
+        Ok(Self { document, text })
+    }
+
+    pub fn document(&self) -> &Value {
+        &self.document
+    }
 }
 
 /// The payload of `list_resources_all` / `list_resources_by_namespace`.
@@ -65,16 +87,20 @@ impl ClusterFixtures {
                 ));
             }
         }
+        let objects = objects
+            .into_iter()
+            .map(StoredObject::new)
+            .collect::<Result<_, _>>()?;
         Ok(Self { objects })
     }
 }
 
 impl ClusterReads for ClusterFixtures {
-    fn list(&self, request: &ListRequest) -> Result<Value, String> {
+    fn list(&self, request: &ListRequest) -> Result<Vec<u8>, String> {
         list_of(&self.objects, request)
     }
 
-    fn get(&self, request: &GetRequest) -> Result<Value, String> {
+    fn get(&self, request: &GetRequest) -> Result<Vec<u8>, String> {
         get_of(&self.objects, request)
     }
 }
@@ -88,10 +114,12 @@ pub trait ClusterReads: Send + Sync + std::fmt::Debug {
     fn synced(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
         None
     }
-    /// A Kubernetes List, as the API server (and policy-server) answers.
-    fn list(&self, request: &ListRequest) -> Result<Value, String>;
-    /// One object; the API server's NotFound text when there is none.
-    fn get(&self, request: &GetRequest) -> Result<Value, String>;
+    /// A Kubernetes List, as the API server (and policy-server) answers,
+    /// in JSON: the host call's answer as it is sent.
+    fn list(&self, request: &ListRequest) -> Result<Vec<u8>, String>;
+    /// One object, in JSON; the API server's NotFound text when there is
+    /// none.
+    fn get(&self, request: &GetRequest) -> Result<Vec<u8>, String>;
     /// `kubernetes/can_i`: the `SubjectAccessReviewStatus` for the payload's
     /// `subject_access_review`. Only a live cluster can answer.
     fn can_i(&self, _request: &Value) -> Result<Value, String> {
@@ -100,17 +128,33 @@ pub trait ClusterReads: Send + Sync + std::fmt::Debug {
 }
 
 fn of_kind<'a>(
-    objects: &'a [Value],
+    objects: &'a [StoredObject],
     api_version: &'a str,
     kind: &'a str,
-) -> impl Iterator<Item = &'a Value> {
+) -> impl Iterator<Item = &'a StoredObject> {
     objects
         .iter()
-        .filter(move |o| o["apiVersion"] == api_version && o["kind"] == kind)
+        .filter(move |o| o.document["apiVersion"] == api_version && o.document["kind"] == kind)
+}
+
+/// A list answer: the fields of the List the API server sends.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListAnswer<'a> {
+    api_version: &'a str,
+    items: Vec<&'a RawValue>,
+    kind: &'static str,
+    metadata: ListMetadata,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListMetadata {
+    resource_version: &'static str,
 }
 
 /// [`ClusterReads::list`] over a set of objects.
-pub fn list_of(objects: &[Value], request: &ListRequest) -> Result<Value, String> {
+pub fn list_of(objects: &[StoredObject], request: &ListRequest) -> Result<Vec<u8>, String> {
     if request
         .field_selector
         .as_deref()
@@ -121,42 +165,45 @@ pub fn list_of(objects: &[Value], request: &ListRequest) -> Result<Value, String
     let selector = Selector::parse(request.label_selector.as_deref().unwrap_or_default())?;
     if let Some(namespace) = &request.namespace
         && of_kind(objects, &request.api_version, &request.kind)
-            .any(|o| o["metadata"]["namespace"].is_null())
+            .any(|o| o.document["metadata"]["namespace"].is_null())
     {
         return Err(format!(
             "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
             request.api_version, request.kind
         ));
     }
-    let items: Vec<Value> = of_kind(objects, &request.api_version, &request.kind)
+    let items = of_kind(objects, &request.api_version, &request.kind)
         .filter(|o| {
             request
                 .namespace
                 .as_ref()
-                .is_none_or(|ns| o["metadata"]["namespace"] == ns.as_str())
+                .is_none_or(|ns| o.document["metadata"]["namespace"] == ns.as_str())
         })
-        .filter(|o| selector.matches(&o["metadata"]["labels"]))
-        .cloned()
+        .filter(|o| selector.matches(&o.document["metadata"]["labels"]))
+        .map(|o| o.text.as_ref())
         .collect();
-    Ok(json!({
-        "apiVersion": request.api_version,
-        "kind": "List",
-        "metadata": {"resourceVersion": ""},
-        "items": items,
-    }))
+    serde_json::to_vec(&ListAnswer {
+        api_version: &request.api_version,
+        items,
+        kind: "List",
+        metadata: ListMetadata {
+            resource_version: "",
+        },
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// [`ClusterReads::get`] over a set of objects.
-pub fn get_of(objects: &[Value], request: &GetRequest) -> Result<Value, String> {
+pub fn get_of(objects: &[StoredObject], request: &GetRequest) -> Result<Vec<u8>, String> {
     of_kind(objects, &request.api_version, &request.kind)
         .find(|o| {
-            o["metadata"]["name"] == request.name.as_str()
+            o.document["metadata"]["name"] == request.name.as_str()
                 && match &request.namespace {
-                    Some(ns) => o["metadata"]["namespace"] == ns.as_str(),
-                    None => o["metadata"]["namespace"].is_null(),
+                    Some(ns) => o.document["metadata"]["namespace"] == ns.as_str(),
+                    None => o.document["metadata"]["namespace"].is_null(),
                 }
         })
-        .cloned()
+        .map(|o| o.text.get().as_bytes().to_vec())
         .ok_or_else(|| {
             format!(
                 "{} \"{}\" not found",
@@ -246,12 +293,15 @@ mod tests {
                 label_selector: selector.map(str::to_owned),
                 field_selector: None,
             })
+            .map(|answer| serde_json::from_slice(&answer).unwrap())
     }
 
     #[test]
     fn lists_filter_by_namespace_and_labels() {
         let all = list(None, None).unwrap();
         assert_eq!(all["kind"], "List");
+        assert_eq!(all["apiVersion"], "v1");
+        assert_eq!(all["metadata"], json!({"resourceVersion": ""}));
         assert_eq!(names(&all), ["a", "b", "c"]);
         assert_eq!(names(&list(Some("default"), None).unwrap()), ["a", "b"]);
         assert_eq!(names(&list(None, Some("app=web")).unwrap()), ["a"]);
@@ -269,12 +319,14 @@ mod tests {
     fn gets_find_one_object_or_say_not_found() {
         let fixtures = ClusterFixtures::from_yaml(FIXTURES).unwrap();
         let get = |kind: &str, name: &str, namespace: Option<&str>| {
-            fixtures.get(&GetRequest {
-                api_version: "v1".to_owned(),
-                kind: kind.to_owned(),
-                name: name.to_owned(),
-                namespace: namespace.map(str::to_owned),
-            })
+            fixtures
+                .get(&GetRequest {
+                    api_version: "v1".to_owned(),
+                    kind: kind.to_owned(),
+                    name: name.to_owned(),
+                    namespace: namespace.map(str::to_owned),
+                })
+                .map(|answer| serde_json::from_slice::<Value>(&answer).unwrap())
         };
         assert_eq!(
             get("Namespace", "default", None).unwrap()["metadata"]["labels"]["env"],

@@ -23,10 +23,12 @@ use kube::{Api, Client, Config, ResourceExt as _};
 use serde_json::Value;
 
 use crate::capabilities::ContextAwareResource;
-use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest, get_of, list_of};
+use crate::cluster_fixtures::{
+    ClusterReads, GetRequest, ListRequest, StoredObject, get_of, list_of,
+};
 
 /// A kind's objects, `None` until its first list is in.
-type Snapshot = Arc<RwLock<Option<Arc<Vec<Value>>>>>;
+type Snapshot = Arc<RwLock<Option<Arc<Vec<StoredObject>>>>>;
 
 /// Watch caches of a cluster. Dropping it stops the watches.
 pub struct LiveCluster {
@@ -134,7 +136,7 @@ impl LiveCluster {
             .map_err(|_| "the watches stopped".to_owned())
     }
 
-    fn snapshot(&self, api_version: &str, kind: &str) -> Result<Arc<Vec<Value>>, String> {
+    fn snapshot(&self, api_version: &str, kind: &str) -> Result<Arc<Vec<StoredObject>>, String> {
         let snapshot = self
             .snapshots
             .get(&(api_version.to_owned(), kind.to_owned()))
@@ -153,14 +155,14 @@ impl ClusterReads for LiveCluster {
         Some(self.synced.clone())
     }
 
-    fn list(&self, request: &ListRequest) -> Result<Value, String> {
+    fn list(&self, request: &ListRequest) -> Result<Vec<u8>, String> {
         list_of(
             &self.snapshot(&request.api_version, &request.kind)?,
             request,
         )
     }
 
-    fn get(&self, request: &GetRequest) -> Result<Value, String> {
+    fn get(&self, request: &GetRequest) -> Result<Vec<u8>, String> {
         get_of(
             &self.snapshot(&request.api_version, &request.kind)?,
             request,
@@ -281,7 +283,7 @@ async fn watch(
                     continue;
                 }
             }
-            let objects = to_values(&reader.state(), &resource);
+            let objects = stored_objects(&reader.state(), &resource);
             if let Ok(mut guard) = target.write() {
                 *guard = Some(Arc::new(objects));
             }
@@ -295,7 +297,7 @@ async fn watch(
 
 /// The cached objects as the API would list them: with apiVersion and
 /// kind, sorted by namespace and name.
-fn to_values(objects: &[Arc<DynamicObject>], resource: &ApiResource) -> Vec<Value> {
+fn stored_objects(objects: &[Arc<DynamicObject>], resource: &ApiResource) -> Vec<StoredObject> {
     let mut values: Vec<Value> = objects
         .iter()
         .filter_map(|object| serde_json::to_value(object.as_ref()).ok())
@@ -324,4 +326,7 @@ fn to_values(objects: &[Arc<DynamicObject>], resource: &ApiResource) -> Vec<Valu
     };
     values.sort_by_key(key);
     values
+        .into_iter()
+        .filter_map(|value| StoredObject::new(value).ok())
+        .collect()
 }

@@ -47,7 +47,7 @@ fn sidecar_sets() -> ListRequest {
 }
 
 fn list_sidecar_sets(live: &LiveCluster) -> Vec<String> {
-    let list = live.list(&sidecar_sets()).unwrap();
+    let list: Value = serde_json::from_slice(&live.list(&sidecar_sets()).unwrap()).unwrap();
     list["items"]
         .as_array()
         .unwrap()
@@ -127,6 +127,7 @@ fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
             namespace: None,
         })
         .unwrap();
+    let namespace: Value = serde_json::from_slice(&namespace).unwrap();
     assert_eq!(namespace["metadata"]["name"], "default");
 
     runtime

@@ -123,10 +123,10 @@ impl CaseCluster {
 }
 
 impl ClusterReads for CaseCluster {
-    fn list(&self, request: &ListRequest) -> Result<Value, String> {
+    fn list(&self, request: &ListRequest) -> Result<Vec<u8>, String> {
         self.0.lock().unwrap().list(request)
     }
-    fn get(&self, request: &GetRequest) -> Result<Value, String> {
+    fn get(&self, request: &GetRequest) -> Result<Vec<u8>, String> {
         self.0.lock().unwrap().get(request)
     }
 }

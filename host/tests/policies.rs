@@ -227,11 +227,11 @@ impl ClusterReads for Filling {
         Some(self.0.clone())
     }
 
-    fn list(&self, _: &ListRequest) -> Result<Value, String> {
-        Ok(json!({"apiVersion": "v1", "kind": "List", "items": []}))
+    fn list(&self, _: &ListRequest) -> Result<Vec<u8>, String> {
+        Ok(br#"{"apiVersion": "v1", "kind": "List", "items": []}"#.to_vec())
     }
 
-    fn get(&self, _: &GetRequest) -> Result<Value, String> {
+    fn get(&self, _: &GetRequest) -> Result<Vec<u8>, String> {
         Err("not found".to_owned())
     }
 }
