@@ -222,28 +222,43 @@ fn evaluation_costs(
             let policy = policies.get(*id).ok_or_else(|| format!("no policy {id}"))?;
             let document = serde_json::from_slice(body).map_err(|e| e.to_string())?;
             let request = AdmissionRequest::from_document(document).map_err(|e| e.to_string())?;
-            let mut times = Vec::with_capacity(count);
-            for _ in 0..count.max(1) {
-                let started = Instant::now();
+            let (median, runs) = median_time(count, || {
                 let answer = block_on(policy.validate(&request));
-                times.push(started.elapsed());
-                if !answer.allowed {
-                    return Err(format!("{id} refused the bench's request: {answer:?}"));
+                if answer.allowed {
+                    Ok(())
+                } else {
+                    Err(format!("{id} refused the bench's request: {answer:?}"))
                 }
-            }
+            })?;
             Ok(format!(
-                "{id} evaluation (fresh instance, no HTTP): median {:.1} µs over {} requests",
-                median_of(&mut times).as_secs_f64() * 1e6,
-                times.len()
+                "{id} evaluation (fresh instance, no HTTP): median {:.1} µs over {runs} requests",
+                median.as_secs_f64() * 1e6,
             ))
         })
         .collect()
 }
 
 /// The middle of `times` (sorted in place).
-fn median_of(times: &mut [Duration]) -> Duration {
-    times.sort_unstable();
-    times.get(times.len() / 2).copied().unwrap_or_default()
+/// Runs `once` `count` times (at least once), timing each run: the median
+/// time, and how many runs it is of.
+fn median_time(
+    count: usize,
+    mut once: impl FnMut() -> Result<(), String>,
+) -> Result<(Duration, usize), String> {
+    let mut times = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        let started = Instant::now();
+        once()?;
+        times.push(started.elapsed());
+    }
+    let runs = times.len();
+    Ok((median(times), runs))
+}
+
+/// The middle value (the upper one of an even count); the default of none.
+fn median<T: Copy + PartialOrd + Default>(mut values: Vec<T>) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values.get(values.len() / 2).copied().unwrap_or_default()
 }
 
 /// The cluster the cluster-mode workload reads, with scs-demo stored there,
@@ -307,10 +322,6 @@ struct Medians {
 }
 
 fn medians(rounds: &[Figures]) -> Medians {
-    fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
-        values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        values[values.len() / 2]
-    }
     Medians {
         per_second: median(rounds.iter().map(Figures::per_second).collect()),
         p50: median(rounds.iter().map(|f| f.p50).collect()),
@@ -529,16 +540,12 @@ fn instance_cost(
     count: usize,
 ) -> Result<String, String> {
     let limits: Limits = runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT));
-    let mut times = Vec::with_capacity(count);
-    for _ in 0..count.max(1) {
-        let started = Instant::now();
-        block_on(module.instantiate_only(limits)).map_err(|e| e.to_string())?;
-        times.push(started.elapsed());
-    }
+    let (median, runs) = median_time(count, || {
+        block_on(module.instantiate_only(limits)).map_err(|e| e.to_string())
+    })?;
     Ok(format!(
-        "{label}: median {:.1} µs over {} instances",
-        median_of(&mut times).as_secs_f64() * 1e6,
-        times.len()
+        "{label}: median {:.1} µs over {runs} instances",
+        median.as_secs_f64() * 1e6,
     ))
 }
 
