@@ -8,6 +8,9 @@
 //! set-based ones (`in`, `notin`) and field selectors are refused with a
 //! message; `field_masks` are ignored (the whole object is returned).
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -15,27 +18,41 @@ use serde_json::{Value, json};
 /// The objects of the fixtures file.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterFixtures {
-    objects: Vec<StoredObject>,
+    objects: Vec<Arc<StoredObject>>,
 }
 
-/// An object as the reads serve it: the document they filter on and its
+/// An object as the reads serve it: the fields they filter on, and its
 /// JSON text, written once. An answer copies the texts of the objects it
-/// holds, rather than copying and writing out their documents on every
-/// read.
-#[derive(Debug, Clone)]
+/// holds, rather than writing out their documents on every read.
+#[derive(Debug)]
 pub struct StoredObject {
-    document: Value,
+    api_version: String,
+    kind: String,
+    name: String,
+    /// `None` for a cluster-scoped object.
+    namespace: Option<String>,
+    labels: Value,
     text: Box<RawValue>,
 }
 
 impl StoredObject {
-    pub fn new(document: Value) -> Result<Self, String> {
-        let text = serde_json::value::to_raw_value(&document).map_err(|e| e.to_string())?;
-        Ok(Self { document, text })
+    pub fn new(document: &Value) -> Result<Self, String> {
+        let text = serde_json::value::to_raw_value(document).map_err(|e| e.to_string())?;
+        let field = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+        let metadata = &document["metadata"];
+        Ok(Self {
+            api_version: field(&document["apiVersion"]),
+            kind: field(&document["kind"]),
+            name: field(&metadata["name"]),
+            namespace: metadata["namespace"].as_str().map(str::to_owned),
+            labels: metadata["labels"].clone(),
+            text,
+        })
     }
 
-    pub fn document(&self) -> &Value {
-        &self.document
+    /// Where the API server lists it: by namespace, then name.
+    pub fn list_position(&self) -> (Option<&str>, &str) {
+        (self.namespace.as_deref(), &self.name)
     }
 }
 
@@ -88,8 +105,8 @@ impl ClusterFixtures {
             }
         }
         let objects = objects
-            .into_iter()
-            .map(StoredObject::new)
+            .iter()
+            .map(|object| StoredObject::new(object).map(Arc::new))
             .collect::<Result<_, _>>()?;
         Ok(Self { objects })
     }
@@ -108,11 +125,17 @@ impl ClusterReads for ClusterFixtures {
 /// The Kubernetes reads a cluster answers: from the fixtures file, or from
 /// the watch caches of a live cluster.
 pub trait ClusterReads: Send + Sync + std::fmt::Debug {
-    /// Whether the reads answer from the cluster's objects yet: `None` when
-    /// they always do (a fixed set), else a flag that becomes true once
-    /// (watch caches after their first list).
-    fn synced(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
-        None
+    /// Whether the reads of a kind answer from the cluster's objects yet;
+    /// `Err` says why not. A fixed set always does; a watch cache does
+    /// once its first list is in, and that may come after the host starts
+    /// serving (see `live_cluster`).
+    fn cache_filled(&self, _api_version: &str, _kind: &str) -> Result<(), String> {
+        Ok(())
+    }
+    /// Resolves once [`ClusterReads::cache_filled`] of a kind may have
+    /// changed: its cache has filled, or its watch has stopped.
+    fn until_filled(&self, _api_version: &str, _kind: &str) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
     }
     /// A Kubernetes List, as the API server (and policy-server) answers,
     /// in JSON: the host call's answer as it is sent.
@@ -128,13 +151,14 @@ pub trait ClusterReads: Send + Sync + std::fmt::Debug {
 }
 
 fn of_kind<'a>(
-    objects: &'a [StoredObject],
+    objects: &'a [Arc<StoredObject>],
     api_version: &'a str,
     kind: &'a str,
 ) -> impl Iterator<Item = &'a StoredObject> {
     objects
         .iter()
-        .filter(move |o| o.document["apiVersion"] == api_version && o.document["kind"] == kind)
+        .map(AsRef::as_ref)
+        .filter(move |o| o.api_version == api_version && o.kind == kind)
 }
 
 /// A list answer: the fields of the List the API server sends.
@@ -154,7 +178,7 @@ struct ListMetadata {
 }
 
 /// [`ClusterReads::list`] over a set of objects.
-pub fn list_of(objects: &[StoredObject], request: &ListRequest) -> Result<Vec<u8>, String> {
+pub fn list_of(objects: &[Arc<StoredObject>], request: &ListRequest) -> Result<Vec<u8>, String> {
     if request
         .field_selector
         .as_deref()
@@ -164,8 +188,7 @@ pub fn list_of(objects: &[StoredObject], request: &ListRequest) -> Result<Vec<u8
     }
     let selector = Selector::parse(request.label_selector.as_deref().unwrap_or_default())?;
     if let Some(namespace) = &request.namespace
-        && of_kind(objects, &request.api_version, &request.kind)
-            .any(|o| o.document["metadata"]["namespace"].is_null())
+        && of_kind(objects, &request.api_version, &request.kind).any(|o| o.namespace.is_none())
     {
         return Err(format!(
             "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
@@ -177,9 +200,9 @@ pub fn list_of(objects: &[StoredObject], request: &ListRequest) -> Result<Vec<u8
             request
                 .namespace
                 .as_ref()
-                .is_none_or(|ns| o.document["metadata"]["namespace"] == ns.as_str())
+                .is_none_or(|ns| o.namespace.as_ref() == Some(ns))
         })
-        .filter(|o| selector.matches(&o.document["metadata"]["labels"]))
+        .filter(|o| selector.matches(&o.labels))
         .map(|o| o.text.as_ref())
         .collect();
     serde_json::to_vec(&ListAnswer {
@@ -194,15 +217,9 @@ pub fn list_of(objects: &[StoredObject], request: &ListRequest) -> Result<Vec<u8
 }
 
 /// [`ClusterReads::get`] over a set of objects.
-pub fn get_of(objects: &[StoredObject], request: &GetRequest) -> Result<Vec<u8>, String> {
+pub fn get_of(objects: &[Arc<StoredObject>], request: &GetRequest) -> Result<Vec<u8>, String> {
     of_kind(objects, &request.api_version, &request.kind)
-        .find(|o| {
-            o.document["metadata"]["name"] == request.name.as_str()
-                && match &request.namespace {
-                    Some(ns) => o.document["metadata"]["namespace"] == ns.as_str(),
-                    None => o.document["metadata"]["namespace"].is_null(),
-                }
-        })
+        .find(|o| o.name == request.name && o.namespace == request.namespace)
         .map(|o| o.text.get().as_bytes().to_vec())
         .ok_or_else(|| {
             format!(
@@ -312,6 +329,29 @@ mod tests {
             list(None, Some("app in (web)"))
                 .unwrap_err()
                 .contains("only equality-based")
+        );
+    }
+
+    /// The answer a guest reads: the objects' texts as they were written,
+    /// in the List's field order.
+    #[test]
+    fn a_list_answer_is_written_from_the_stored_texts() {
+        let fixtures = ClusterFixtures::from_yaml(
+            "- {apiVersion: v1, kind: Pod, metadata: {namespace: default, name: a}, spec: {}}",
+        )
+        .unwrap();
+        let answer = fixtures
+            .list(&ListRequest {
+                api_version: "v1".to_owned(),
+                kind: "Pod".to_owned(),
+                namespace: None,
+                label_selector: None,
+                field_selector: None,
+            })
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(answer).unwrap(),
+            r#"{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"default"},"spec":{}}],"kind":"List","metadata":{"resourceVersion":""}}"#
         );
     }
 

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::watch;
 
 use crate::admission::{
     AdmissionRequest, AdmissionResponse, Enforcement, Settings, raw_validation_payload,
     settings_from_value, validation_payload,
 };
-use crate::capabilities::{Grants, PolicyHost};
+use crate::capabilities::{ContextAwareResource, Grants, PolicyHost};
 use crate::cluster_fixtures::ClusterReads;
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
@@ -28,16 +27,16 @@ pub struct Policy {
     pub enforcement: Enforcement,
     limits: Limits,
     host: Arc<dyn HostCalls>,
-    /// For a policy that reads the cluster: whether the host's watch caches
-    /// have filled (see [`Policy::with_cluster_reads`]).
-    cluster_synced: Option<watch::Receiver<bool>>,
+    /// For a policy granted kinds to read: the reads and those kinds,
+    /// whose caches must have filled before the guest runs.
+    cluster: Option<(Arc<dyn ClusterReads>, Vec<ContextAwareResource>)>,
 }
 
-/// How long an evaluation waits for the host's watch caches to fill. They
-/// fill within a second of start-up; a cluster that cannot be listed for
-/// longer gets each such request refused with the reason, well inside the
-/// API server's webhook timeout (10 s by default).
-const CLUSTER_SYNC_WAIT: Duration = Duration::from_secs(5);
+/// How long the server lets a request wait for the host's watch caches to
+/// fill. They fill within a few seconds of start-up; a cluster that cannot
+/// be listed for longer gets each such request refused with the reason,
+/// inside the API server's webhook timeout (10 s by default).
+pub const CLUSTER_FILL_WAIT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,38 +73,50 @@ impl Policy {
             enforcement,
             limits,
             host,
-            cluster_synced: None,
+            cluster: None,
         }
     }
 
-    /// This policy reads the cluster through caches that fill after the
-    /// server starts (`synced` turns true once they have): each evaluation
-    /// waits for them first, up to [`CLUSTER_SYNC_WAIT`], rather than let
-    /// the guest see an empty cluster or a failed read.
+    /// This policy reads `kinds` of `cluster`, through caches that may
+    /// fill after the server starts: its guest runs only once they have
+    /// (else the request is refused with the reason), rather than see an
+    /// empty cluster or a failed read.
     #[must_use]
-    pub fn with_cluster_reads(mut self, synced: Option<watch::Receiver<bool>>) -> Self {
-        self.cluster_synced = synced;
+    pub fn with_cluster_reads(
+        mut self,
+        cluster: Arc<dyn ClusterReads>,
+        kinds: Vec<ContextAwareResource>,
+    ) -> Self {
+        self.cluster = Some((cluster, kinds)).filter(|(_, kinds)| !kinds.is_empty());
         self
     }
 
-    /// Waits until the cluster reads are served, if this policy makes any.
-    async fn cluster_ready(&self) -> Result<(), String> {
-        let Some(synced) = &self.cluster_synced else {
+    /// Waits, until `deadline` at most, for the caches this policy reads.
+    /// The server waits here before it gives the request an evaluation
+    /// slot, so a wait holds no slot and no thread; the evaluation itself
+    /// only checks. Needs a tokio runtime (for the deadline).
+    pub async fn wait_for_cluster(&self, deadline: tokio::time::Instant) {
+        let Some((cluster, kinds)) = &self.cluster else {
+            return;
+        };
+        for kind in kinds {
+            if cluster.cache_filled(&kind.api_version, &kind.kind).is_err() {
+                let filling = cluster.until_filled(&kind.api_version, &kind.kind);
+                if tokio::time::timeout_at(deadline, filling).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether the caches this policy reads have filled; `Err` says why not.
+    fn cluster_filled(&self) -> Result<(), String> {
+        let Some((cluster, kinds)) = &self.cluster else {
             return Ok(());
         };
-        if *synced.borrow() {
-            return Ok(());
-        }
-        let mut synced = synced.clone();
-        match tokio::time::timeout(CLUSTER_SYNC_WAIT, synced.wait_for(|synced| *synced)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err("the host's watches of the cluster have stopped".to_owned()),
-            Err(_) => Err(format!(
-                "the host's watch caches of the cluster have not filled after {} s \
-                 (is the API server reachable?)",
-                CLUSTER_SYNC_WAIT.as_secs()
-            )),
-        }
+        kinds
+            .iter()
+            .try_for_each(|kind| cluster.cache_filled(&kind.api_version, &kind.kind))
     }
 
     /// `Err` carries the policy's explanation. A guest failure counts as
@@ -134,7 +145,7 @@ impl Policy {
     /// The policy's own verdict, without enforcement (policy-server's
     /// `/audit`).
     pub async fn audit(&self, request: &AdmissionRequest) -> AdmissionResponse {
-        if let Err(reason) = self.cluster_ready().await {
+        if let Err(reason) = self.cluster_filled() {
             return AdmissionResponse::internal_server_error(&request.uid, &reason);
         }
         let payload = validation_payload(request, &self.settings);
@@ -158,7 +169,7 @@ impl Policy {
             .get("uid")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if let Err(reason) = self.cluster_ready().await {
+        if let Err(reason) = self.cluster_filled() {
             return self
                 .enforcement
                 .apply(AdmissionResponse::internal_server_error(uid, &reason));
@@ -251,11 +262,9 @@ fn load_policy(
         runtime.limits(timeout),
     )
     .map_err(|e| fail(format!("module {}: {e}", path.display())))?;
-    // Only a policy granted some kind to read waits for the caches.
-    let cluster_synced = cluster
-        .as_ref()
-        .filter(|_| !entry.context_aware_resources.is_empty())
-        .and_then(|cluster| cluster.synced());
+    let reads = cluster
+        .clone()
+        .map(|cluster| (cluster, entry.context_aware_resources.clone()));
     let host = PolicyHost {
         policy_id: id.to_owned(),
         grants: Grants {
@@ -270,15 +279,18 @@ fn load_policy(
         allowed_to_mutate: entry.allowed_to_mutate.unwrap_or(false),
         custom_message: entry.message,
     };
-    Ok(Policy::new(
+    let policy = Policy::new(
         id,
         module,
         settings,
         enforcement,
         runtime.limits(timeout),
         Arc::new(host),
-    )
-    .with_cluster_reads(cluster_synced))
+    );
+    Ok(match reads {
+        Some((cluster, kinds)) => policy.with_cluster_reads(cluster, kinds),
+        None => policy,
+    })
 }
 
 /// The module (`wasm`, whose `metadata` the caller has read) as a policy

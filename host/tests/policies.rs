@@ -7,14 +7,14 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{module_file, pod_create, runtime, scratch_dir};
+use common::{FillingCluster, module_file, pod_create, runtime, scratch_dir};
+use futures::FutureExt as _;
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kruise_wasm_host::admission::AdmissionRequest;
-use kruise_wasm_host::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
+use kruise_wasm_host::admission::{AdmissionRequest, AdmissionResponse};
+use kruise_wasm_host::cluster_fixtures::ClusterReads;
 use kruise_wasm_host::policy::{StartupError, load_policies, load_policies_with_cluster};
 use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, block_on};
 use serde_json::{Value, json};
@@ -218,28 +218,11 @@ fn a_raw_policy_diffs_against_the_whole_request() {
     );
 }
 
-/// Cluster reads whose caches fill when the test says so.
-#[derive(Debug)]
-struct Filling(watch::Receiver<bool>);
-
-impl ClusterReads for Filling {
-    fn synced(&self) -> Option<watch::Receiver<bool>> {
-        Some(self.0.clone())
-    }
-
-    fn list(&self, _: &ListRequest) -> Result<Vec<u8>, String> {
-        Ok(br#"{"apiVersion": "v1", "kind": "List", "items": []}"#.to_vec())
-    }
-
-    fn get(&self, _: &GetRequest) -> Result<Vec<u8>, String> {
-        Err("not found".to_owned())
-    }
-}
-
-/// A policy granted a kind to read waits for the host's watch caches
-/// before its guest runs (they fill after the server starts); one that
-/// reads nothing never waits. Caches that do not fill, or whose watches
-/// stopped, cost each such request a refusal that says so.
+/// A policy granted a kind to read runs its guest only once the host's
+/// watch cache of that kind has filled (they fill after the server starts);
+/// one that reads nothing never waits. The server waits first, with
+/// `wait_for_cluster`, until a deadline; a cache still unfilled then, or
+/// whose watch stopped, costs each such request a refusal that says so.
 #[test]
 fn policies_that_read_the_cluster_wait_for_its_caches() {
     let path = policies_yml(
@@ -255,49 +238,80 @@ blind:
   allowedToMutate: true
 ",
     );
-    let load = |synced: watch::Receiver<bool>| {
-        let cluster: Arc<dyn ClusterReads> = Arc::new(Filling(synced));
+    let load = |filled: watch::Receiver<bool>| {
+        let cluster: Arc<dyn ClusterReads> = Arc::new(FillingCluster(filled));
         load_policies_with_cluster(runtime(), &path, Some(DEFAULT_TIMEOUT), Some(&cluster)).unwrap()
     };
     let request = ordered_pod_create();
     let tokio = tokio::runtime::Runtime::new().unwrap();
-
-    let (fill, synced) = watch::channel(false);
-    let policies = load(synced);
-    let blind = tokio.block_on(policies["blind"].validate(&request));
-    assert!(blind.allowed && blind.patch.is_some(), "{blind:?}");
-    let filled = Arc::new(AtomicBool::new(false));
-    let filling = {
-        let filled = Arc::clone(&filled);
-        async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            filled.store(true, Ordering::SeqCst);
-            fill.send_replace(true);
-        }
+    let _in_tokio = tokio.enter();
+    let long_after = || tokio::time::Instant::now() + Duration::from_hours(1);
+    let refusal = |response: AdmissionResponse| {
+        assert!(!response.allowed, "{response:?}");
+        response.status.unwrap().message.unwrap()
     };
-    let (read, ()) =
-        tokio.block_on(async { tokio::join!(policies["reader"].validate(&request), filling) });
-    assert!(filled.load(Ordering::SeqCst));
-    assert!(read.allowed && read.patch.is_some(), "{read:?}");
 
-    let (stop, synced) = watch::channel(false);
-    let policies = load(synced);
-    drop(stop);
-    let stopped = tokio.block_on(policies["reader"].validate(&request));
+    let (fill, filled) = watch::channel(false);
+    let policies = load(filled);
+    let (reader, blind) = (&policies["reader"], &policies["blind"]);
+    assert!(
+        blind
+            .wait_for_cluster(long_after())
+            .now_or_never()
+            .is_some()
+    );
+    let answer = block_on(blind.validate(&request));
+    assert!(answer.allowed && answer.patch.is_some(), "{answer:?}");
+    assert!(
+        reader
+            .wait_for_cluster(long_after())
+            .now_or_never()
+            .is_none()
+    );
     assert_eq!(
-        stopped.status.unwrap().message.as_deref(),
-        Some("internal server error: the host's watches of the cluster have stopped")
+        refusal(block_on(reader.validate(&request))),
+        "internal server error: the cache of Namespace has not filled yet"
+    );
+    // The wait ends when the cache fills, and the guest then runs.
+    let filled_when_waited = tokio.block_on(async {
+        let waiting = async {
+            reader.wait_for_cluster(long_after()).await;
+            *fill.borrow()
+        };
+        let filling = async {
+            tokio::task::yield_now().await;
+            fill.send_replace(true);
+        };
+        tokio::join!(waiting, filling).0
+    });
+    assert!(filled_when_waited);
+    let answer = block_on(reader.validate(&request));
+    assert!(answer.allowed && answer.patch.is_some(), "{answer:?}");
+
+    // A cache that never fills: the wait ends at its deadline.
+    let (_never, filled) = watch::channel(false);
+    let policies = load(filled);
+    let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+    tokio.block_on(policies["reader"].wait_for_cluster(soon));
+    assert!(tokio::time::Instant::now() >= soon);
+    assert_eq!(
+        refusal(block_on(policies["reader"].validate(&request))),
+        "internal server error: the cache of Namespace has not filled yet"
     );
 
-    let (_never, synced) = watch::channel(false);
-    let policies = load(synced);
-    let unfilled = tokio.block_on(policies["reader"].validate(&request));
-    assert!(!unfilled.allowed);
+    // A watch that stopped: nothing to wait for.
+    let (stop, filled) = watch::channel(false);
+    let policies = load(filled);
+    drop(stop);
+    let reader = &policies["reader"];
+    assert!(
+        reader
+            .wait_for_cluster(long_after())
+            .now_or_never()
+            .is_some()
+    );
     assert_eq!(
-        unfilled.status.unwrap().message.as_deref(),
-        Some(
-            "internal server error: the host's watch caches of the cluster have not filled \
-             after 5 s (is the API server reachable?)"
-        )
+        refusal(block_on(reader.validate(&request))),
+        "internal server error: the watch of Namespace has stopped"
     );
 }

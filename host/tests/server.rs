@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::{
-    blank_hash_timestamps, fixtures, golden_cases, module_file, pod_create, runtime, scratch_dir,
+    FillingCluster, blank_hash_timestamps, fixtures, golden_cases, module_file, pod_create,
+    runtime, scratch_dir,
 };
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET};
 use kruise_wasm_host::admission::TIMEOUT_MESSAGE;
 use kruise_wasm_host::chains_file;
-use kruise_wasm_host::policy::load_policies;
+use kruise_wasm_host::cluster_fixtures::ClusterReads;
+use kruise_wasm_host::policy::{load_policies, load_policies_with_cluster};
 use kruise_wasm_host::server::api::Policies;
 use kruise_wasm_host::server::{RunningServer, ServerConfig, TlsFiles, start};
 use rustls::pki_types::pem::PemObject as _;
@@ -61,13 +63,30 @@ fn policies_yml(name: &str) -> PathBuf {
     path
 }
 
+fn config(workers: usize, tls: Option<TlsFiles>) -> ServerConfig {
+    ServerConfig {
+        address: [127, 0, 0, 1].into(),
+        port: 0,
+        readiness_port: 0,
+        workers,
+        tls,
+        tls_reload_every: Duration::from_millis(100),
+        max_body_bytes: 1 << 20,
+        reuse_port: false,
+    }
+}
+
+fn shared<P>(loaded: BTreeMap<String, P>) -> BTreeMap<String, Arc<P>> {
+    loaded
+        .into_iter()
+        .map(|(id, policy)| (id, Arc::new(policy)))
+        .collect()
+}
+
 fn serve(name: &str, tls: Option<TlsFiles>) -> RunningServer {
     let loaded =
         load_policies(runtime(), &policies_yml(name), Some(Duration::from_secs(2))).unwrap();
-    let policies: BTreeMap<_, _> = loaded
-        .into_iter()
-        .map(|(id, p)| (id, Arc::new(p)))
-        .collect();
+    let policies = shared(loaded);
     // OpenKruise's pod webhook.
     let chains =
         chains_file::parse("pod-webhook: [sidecarset, launch-priority]", &policies).unwrap();
@@ -76,17 +95,7 @@ fn serve(name: &str, tls: Option<TlsFiles>) -> RunningServer {
         always_accept_namespace: Some("kube-system".to_owned()),
         chains,
     };
-    let config = ServerConfig {
-        address: [127, 0, 0, 1].into(),
-        port: 0,
-        readiness_port: 0,
-        workers: 2,
-        tls,
-        tls_reload_every: Duration::from_millis(100),
-        max_body_bytes: 1 << 20,
-        reuse_port: false,
-    };
-    start(policies, &config).unwrap()
+    start(policies, &config(2, tls)).unwrap()
 }
 
 /// One server for the plain-HTTP tests.
@@ -655,4 +664,55 @@ fn a_renewed_certificate_is_served_without_a_restart() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(handshake(&server, &old.ca_pem).is_err());
+}
+
+/// A request whose policy waits for the host's watch caches (they fill
+/// after the server starts) holds no evaluation slot: with more such
+/// requests waiting than the server has slots, a policy that reads nothing
+/// is answered at once, and the waiting ones are answered when the caches
+/// fill.
+#[test]
+fn requests_waiting_for_the_watch_caches_hold_no_evaluation_slot() {
+    let path = scratch_dir("server-cache-wait").join("policies.yml");
+    let launch_priority = module_file(&LAUNCH_PRIORITY);
+    let policies = json!({
+        "reader": {"module": launch_priority, "allowedToMutate": true,
+                   "contextAwareResources": [{"apiVersion": "v1", "kind": "Namespace"}]},
+        "blind": {"module": launch_priority, "allowedToMutate": true},
+    });
+    std::fs::write(&path, serde_yaml::to_string(&policies).unwrap()).unwrap();
+    let (fill, filled) = tokio::sync::watch::channel(false);
+    let cluster: Arc<dyn ClusterReads> = Arc::new(FillingCluster(filled));
+    let loaded = load_policies_with_cluster(runtime(), &path, None, Some(&cluster)).unwrap();
+    let config = config(1, None);
+    let policies = Policies {
+        policies: shared(loaded),
+        always_accept_namespace: None,
+        chains: BTreeMap::new(),
+    };
+    let server = start(policies, &config).unwrap();
+    let review = example_review("pod-launch-ordered.yaml");
+    let waiting_count = config.evaluation_slots() + 1;
+    std::thread::scope(|scope| {
+        let waiting: Vec<_> = (0..waiting_count)
+            .map(|_| scope.spawn(|| post(server.address, "/validate/reader", &review)))
+            .collect();
+        // Each waiting request holds a receiver of the cache's state, beside
+        // the cluster's own.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fill.receiver_count() < 1 + waiting_count {
+            assert!(Instant::now() < deadline, "the requests never all waited");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let blind = post(server.address, "/validate/blind", &review);
+        assert_eq!(blind.json()["response"]["allowed"], true);
+        assert!(waiting.iter().all(|request| !request.is_finished()));
+
+        fill.send_replace(true);
+        for request in waiting {
+            let answer = request.join().unwrap().json();
+            assert_eq!(answer["response"]["allowed"], true, "{answer}");
+            assert!(answer["response"]["patch"].is_string(), "{answer}");
+        }
+    });
 }

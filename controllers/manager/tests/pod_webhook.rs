@@ -155,8 +155,10 @@ async fn pods_are_injected_through_the_api_servers_webhook_call() {
 /// twice; in a cluster, every host replica restarting at once). The stored
 /// SidecarSet is v1beta1 and the host lists v1alpha1, through the
 /// conversion webhook it serves itself: it must serve before its caches
-/// fill (it used to wait for them and give up after 30 s), and the first
-/// pod after the restart is injected, its admission waiting for the cache.
+/// fill (it used to wait for them and give up after 30 s). The second
+/// start returns once its probe pod has passed the pod webhook, whose
+/// SidecarSet policy waits for the cache; a pod then is injected from the
+/// stored SidecarSet.
 #[tokio::test]
 async fn a_restart_serves_the_sidecarsets_stored_before_it() {
     let work_dir = std::env::temp_dir().join(format!("kruise-restart-{}", std::process::id()));

@@ -26,7 +26,7 @@ pub fn connect(
 ) -> Result<Arc<LiveCluster>, String> {
     create_if_absent(kubeconfig, sidecar_set)?;
     let live = LiveCluster::connect(Credentials::Kubeconfig(kubeconfig), kinds)?;
-    live.wait_synced(CACHE_SYNC)?;
+    live.wait_filled(CACHE_SYNC)?;
     Ok(Arc::new(live))
 }
 

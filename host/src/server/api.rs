@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::admission::{AdmissionRequest, AdmissionResponse, admission_review};
 use crate::chain::run_chain;
-use crate::policy::Policy;
+use crate::policy::{CLUSTER_FILL_WAIT, Policy};
 use crate::server::body;
 
 /// Which endpoint: `/validate` enforces the policy's configuration,
@@ -155,6 +155,24 @@ impl Policies {
 }
 
 impl Evaluation {
+    /// Waits, up to [`CLUSTER_FILL_WAIT`], for the watch caches its
+    /// policies read; [`Evaluation::run`] then refuses the request if they
+    /// have still not filled.
+    pub async fn wait_for_cluster(&self) {
+        let deadline = tokio::time::Instant::now() + CLUSTER_FILL_WAIT;
+        match self {
+            Self::Answered(_) => {}
+            Self::Admission { policy, .. } | Self::Raw { policy, .. } => {
+                policy.wait_for_cluster(deadline).await;
+            }
+            Self::Chain { policies, .. } => {
+                for policy in policies {
+                    policy.wait_for_cluster(deadline).await;
+                }
+            }
+        }
+    }
+
     /// Runs the policy: the guest runs in this future.
     pub async fn run(self, endpoint: Endpoint) -> Value {
         match self {

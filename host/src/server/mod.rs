@@ -411,7 +411,10 @@ async fn evaluate(
         Ok(evaluation) => evaluation,
         Err(error) => return error_response(&error),
     };
-    // Waiting for a slot holds no thread.
+    // Neither waiting for the watch caches nor for a slot holds a thread,
+    // and the caches are waited for first so that a request held up by
+    // them holds no slot either.
+    evaluation.wait_for_cluster().await;
     let Ok(_permit) = app.workers.acquire().await else {
         return error_response(&ApiError::internal());
     };

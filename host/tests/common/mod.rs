@@ -197,3 +197,34 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Cluster reads whose caches fill when the test says so (`true` on the
+/// channel), or whose watches stop (the sender dropped); until then their
+/// lists are empty.
+#[derive(Debug)]
+pub struct FillingCluster(pub tokio::sync::watch::Receiver<bool>);
+
+impl kruise_wasm_host::cluster_fixtures::ClusterReads for FillingCluster {
+    fn cache_filled(&self, _: &str, kind: &str) -> Result<(), String> {
+        match (*self.0.borrow(), self.0.has_changed()) {
+            (true, _) => Ok(()),
+            (false, Err(_)) => Err(format!("the watch of {kind} has stopped")),
+            (false, Ok(_)) => Err(format!("the cache of {kind} has not filled yet")),
+        }
+    }
+
+    fn until_filled(&self, _: &str, _: &str) -> futures::future::BoxFuture<'static, ()> {
+        let mut filled = self.0.clone();
+        Box::pin(async move {
+            let _ = filled.wait_for(|filled| *filled).await;
+        })
+    }
+
+    fn list(&self, _: &kruise_wasm_host::cluster_fixtures::ListRequest) -> Result<Vec<u8>, String> {
+        Ok(br#"{"apiVersion": "v1", "kind": "List", "items": []}"#.to_vec())
+    }
+
+    fn get(&self, _: &kruise_wasm_host::cluster_fixtures::GetRequest) -> Result<Vec<u8>, String> {
+        Err("not found".to_owned())
+    }
+}
