@@ -325,6 +325,14 @@ async fn watch_kind(
                 }
             }
             let objects = stored_objects(&reader.state(), &resource, &mut written);
+            if cache.borrow().objects.is_none() {
+                tracing::info!(
+                    api_version = %resource.api_version,
+                    kind = %resource.kind,
+                    objects = objects.len(),
+                    "watch cache filled"
+                );
+            }
             cache.send_replace(KindCache {
                 objects: Some(Arc::new(objects)),
                 last_error: None,
