@@ -15,7 +15,9 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
-use kruise_policy_support::{Answer, Outcome, pod_to_create, read_request, read_settings};
+use kruise_policy_support::{
+    Answer, Outcome, pod_to_create, read_request_with_settings_text, read_settings,
+};
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 
 pub use cluster::{Cluster, ListedSidecarSets, NoCluster};
@@ -40,6 +42,9 @@ pub struct Environment<'a, C: Cluster> {
 #[derive(Debug, Default)]
 pub struct Instance {
     inline: Option<InlineSidecarSets>,
+    /// The last settings read, with their JSON text: a request whose
+    /// settings have the same text uses them without parsing them again.
+    settings: Option<(String, Settings)>,
 }
 
 #[derive(Debug)]
@@ -56,11 +61,29 @@ impl Instance {
         payload: &[u8],
         environment: &Environment<'_, C>,
     ) -> Result<Vec<u8>, String> {
-        let answer = match read_request::<Settings>(payload) {
-            Ok(request) => self.evaluate(&request.request, &request.settings, environment),
+        let answer = match read_request_with_settings_text(payload) {
+            Ok(request) => match self.take_settings(request.settings.get()) {
+                Ok(settings) => {
+                    let answer = self.evaluate(&request.request, &settings.1, environment);
+                    self.settings = Some(settings);
+                    answer
+                }
+                Err(message) => Outcome::bad_request(message).into(),
+            },
             Err(message) => Outcome::bad_request(message).into(),
         };
         answer.into_payload().map_err(|e| e.to_string())
+    }
+
+    /// The settings of `text` with their text: the kept ones if the text is
+    /// the same, else read from it.
+    fn take_settings(&mut self, text: &str) -> Result<(String, Settings), String> {
+        match self.settings.take() {
+            Some(kept) if kept.0 == text => Ok(kept),
+            _ => read_settings::<Settings>(text.as_bytes())
+                .map(|settings| (text.to_owned(), settings))
+                .map_err(|e| format!("cannot read the validation request: {e}")),
+        }
     }
 
     /// The `validate_settings` waPC operation. The inline SidecarSets it
@@ -69,8 +92,11 @@ impl Instance {
     /// starts every evaluation with them prepared.
     pub fn validate_settings(&mut self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let verdict = read_settings::<Settings>(payload).and_then(|settings| {
-            let inline = self.inline_sidecar_sets(&settings);
-            settings.validate(inline)
+            let verdict = settings.validate(self.inline_sidecar_sets(&settings));
+            if let Ok(text) = String::from_utf8(payload.to_vec()) {
+                self.settings = Some((text, settings));
+            }
+            verdict
         });
         let response = match verdict {
             Ok(()) => serde_json::json!({ "valid": true, "message": null }),
@@ -275,6 +301,51 @@ mod tests {
     const SIDECAR_SET: &str = r#"{"sidecarSets": [{"apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "SidecarSet", "metadata": {"name": "s"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}]}"#;
+
+    /// A request whose settings have the text `validate_settings` saw uses
+    /// the settings read then, and answers as a fresh instance would;
+    /// other settings are read anew, a typo in them refused.
+    #[test]
+    fn requests_reuse_the_settings_read_from_the_same_text() {
+        let environment = crate::Environment {
+            now: "2026-12-04T00:00:00Z",
+            random_draw: 0.5,
+            cluster: &crate::NoCluster,
+        };
+        let payload = |settings: &str| {
+            format!(
+                r#"{{"request": {{"uid": "u", "operation": "CREATE",
+                    "kind": {{"group": "", "version": "v1", "kind": "Pod"}},
+                    "object": {{"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {{"name": "p", "labels": {{"app": "a"}}}},
+                                "spec": {{"containers": [{{"name": "main", "image": "x"}}]}}}}}},
+                    "settings": {settings}}}"#
+            )
+        };
+        let selecting = SIDECAR_SET.replace(
+            r#""spec": {"#,
+            r#""spec": {"selector": {"matchLabels": {"app": "a"}}, "#,
+        );
+        let answer = |instance: &mut Instance, settings: &str| {
+            let answer = instance
+                .respond(payload(settings).as_bytes(), &environment)
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&answer).unwrap()
+        };
+        let mut instance = Instance::default();
+        instance.validate_settings(selecting.as_bytes()).unwrap();
+        let reused = answer(&mut instance, &selecting);
+        assert_eq!(instance.settings.as_ref().unwrap().0, selecting);
+        assert_eq!(reused, answer(&mut Instance::default(), &selecting));
+        assert!(reused["mutated_object"].is_object(), "{reused}");
+
+        let typo = selecting.replace("sidecarSets", "sidecarSetz");
+        let typo_answer = answer(&mut instance, &typo);
+        assert_eq!(typo_answer["accepted"], false);
+        let message = typo_answer["message"].as_str().unwrap();
+        assert!(message.contains("sidecarSetz"), "{message}");
+        assert_eq!(answer(&mut instance, &selecting), reused);
+    }
 
     /// What a host snapshots after `validate_settings` must hold the
     /// prepared SidecarSets, or the snapshot saves nothing.

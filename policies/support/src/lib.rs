@@ -80,6 +80,30 @@ pub fn read_request<S: Default + DeserializeOwned>(
     })
 }
 
+/// The `validate` payload with its settings left as JSON text, for a policy
+/// that keeps what it read from its settings: both hosts send the same
+/// settings as the same text with every request, so comparing texts
+/// spares parsing them again.
+#[derive(Debug, Deserialize)]
+pub struct RequestWithSettingsText<'a> {
+    pub request: KubernetesAdmissionRequest,
+    #[serde(borrow)]
+    pub settings: &'a serde_json::value::RawValue,
+}
+
+/// [`read_request`], the settings left as text.
+pub fn read_request_with_settings_text(
+    payload: &[u8],
+) -> Result<RequestWithSettingsText<'_>, String> {
+    check_size(payload)?;
+    serde_json::from_slice(payload).map_err(|e| {
+        format!(
+            "cannot read the validation request: {e} (starts with {})",
+            quote(payload)
+        )
+    })
+}
+
 /// Parse the `validate_settings` payload; the error is a message for the user.
 pub fn read_settings<S: DeserializeOwned>(payload: &[u8]) -> Result<S, String> {
     check_size(payload)?;
