@@ -332,10 +332,10 @@ mod tests {
         );
     }
 
-    /// The answer a guest reads: the objects' texts as they were written,
-    /// in the List's field order.
+    /// The answer a guest reads, byte for byte: a List with the objects'
+    /// texts, in the API server's field order.
     #[test]
-    fn a_list_answer_is_written_from_the_stored_texts() {
+    fn a_list_answer_has_the_api_servers_list_format() {
         let fixtures = ClusterFixtures::from_yaml(
             "- {apiVersion: v1, kind: Pod, metadata: {namespace: default, name: a}, spec: {}}",
         )

@@ -9,9 +9,10 @@
 //! Waiting for the caches before serving deadlocked every start with such
 //! an object stored, on the dev cluster and in a Deployment alike.
 
-use std::collections::{BTreeMap, HashMap, btree_map};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,8 +20,8 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::utils::ResetTimerBackoff;
-use kube::runtime::watcher::ExponentialBackoff;
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::watcher::{DefaultBackoff, ExponentialBackoff};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Config, ResourceExt as _};
 use serde_json::Value;
@@ -41,9 +42,17 @@ struct KindCache {
     last_error: Option<String>,
 }
 
+/// One watched kind and its cache.
+struct WatchedKind {
+    api_version: String,
+    kind: String,
+    cache: watch::Receiver<KindCache>,
+}
+
 /// Watch caches of a cluster. Dropping it stops the watches.
 pub struct LiveCluster {
-    caches: BTreeMap<(String, String), watch::Receiver<KindCache>>,
+    /// A handful of kinds: found by a scan, with nothing allocated.
+    kinds: Vec<WatchedKind>,
     client: Client,
     /// The watches run here, apart from the server's runtime.
     runtime: Option<tokio::runtime::Runtime>,
@@ -62,7 +71,14 @@ impl Drop for LiveCluster {
 impl std::fmt::Debug for LiveCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LiveCluster")
-            .field("kinds", &self.caches.keys().collect::<Vec<_>>())
+            .field(
+                "kinds",
+                &self
+                    .kinds
+                    .iter()
+                    .map(|watched| (&watched.api_version, &watched.kind))
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -88,19 +104,25 @@ impl LiveCluster {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the watch runtime: {e}"))?;
-        let (client, caches) = runtime.block_on(async {
+        let (client, watched) = runtime.block_on(async {
             let client = client(credentials).await?;
-            let mut caches = BTreeMap::new();
+            let mut watched: Vec<WatchedKind> = Vec::new();
             for kind in kinds {
-                let key = (kind.api_version.clone(), kind.kind.clone());
-                if let btree_map::Entry::Vacant(entry) = caches.entry(key) {
-                    entry.insert(watch_kind(client.clone(), kind).await?);
+                let seen = watched
+                    .iter()
+                    .any(|w| w.api_version == kind.api_version && w.kind == kind.kind);
+                if !seen {
+                    watched.push(WatchedKind {
+                        api_version: kind.api_version.clone(),
+                        kind: kind.kind.clone(),
+                        cache: watch_kind(client.clone(), kind).await?,
+                    });
                 }
             }
-            Ok::<_, String>((client, caches))
+            Ok::<_, String>((client, watched))
         })?;
         Ok(Self {
-            caches,
+            kinds: watched,
             client,
             runtime: Some(runtime),
         })
@@ -116,16 +138,24 @@ impl LiveCluster {
             .ok_or_else(|| "the watch runtime has stopped".to_owned())?;
         runtime.block_on(async {
             let deadline = tokio::time::Instant::now() + timeout;
-            for (api_version, kind) in self.caches.keys() {
-                let filling = self.until_filled(api_version, kind);
+            for watched in &self.kinds {
+                let filling = self.until_filled(&watched.api_version, &watched.kind);
                 // Past the deadline, the next kinds are only checked.
                 let _ = tokio::time::timeout_at(deadline, filling).await;
             }
         });
-        for (api_version, kind) in self.caches.keys() {
-            self.cache_filled(api_version, kind)?;
+        for watched in &self.kinds {
+            self.cache_filled(&watched.api_version, &watched.kind)?;
         }
         Ok(())
+    }
+
+    fn cache(&self, api_version: &str, kind: &str) -> Result<&watch::Receiver<KindCache>, String> {
+        self.kinds
+            .iter()
+            .find(|watched| watched.api_version == api_version && watched.kind == kind)
+            .map(|watched| &watched.cache)
+            .ok_or_else(|| format!("{api_version} {kind} is not watched by this host"))
     }
 
     fn snapshot(
@@ -133,26 +163,31 @@ impl LiveCluster {
         api_version: &str,
         kind: &str,
     ) -> Result<Arc<Vec<Arc<StoredObject>>>, String> {
-        let cache = self
-            .caches
-            .get(&(api_version.to_owned(), kind.to_owned()))
-            .ok_or_else(|| format!("{api_version} {kind} is not watched by this host"))?;
-        if cache.has_changed().is_err() {
-            return Err(format!(
-                "the host's watch of {api_version} {kind} has stopped"
-            ));
-        }
-        let cache = cache.borrow();
-        match (&cache.objects, &cache.last_error) {
-            (Some(objects), _) => Ok(Arc::clone(objects)),
-            (None, None) => Err(format!(
-                "the host's watch cache of {api_version} {kind} has not filled yet"
-            )),
-            (None, Some(error)) => Err(format!(
-                "the host's watch cache of {api_version} {kind} has not filled yet \
-                 (last watch error: {error})"
-            )),
-        }
+        served_objects(self.cache(api_version, kind)?, api_version, kind)
+    }
+}
+
+/// What a kind's cache serves: its objects once filled, else why not.
+fn served_objects(
+    cache: &watch::Receiver<KindCache>,
+    api_version: &str,
+    kind: &str,
+) -> Result<Arc<Vec<Arc<StoredObject>>>, String> {
+    if cache.is_closed() {
+        return Err(format!(
+            "the host's watch of {api_version} {kind} has stopped"
+        ));
+    }
+    let cache = cache.borrow();
+    match (&cache.objects, &cache.last_error) {
+        (Some(objects), _) => Ok(Arc::clone(objects)),
+        (None, None) => Err(format!(
+            "the host's watch cache of {api_version} {kind} has not filled yet"
+        )),
+        (None, Some(error)) => Err(format!(
+            "the host's watch cache of {api_version} {kind} has not filled yet \
+             (last watch error: {error})"
+        )),
     }
 }
 
@@ -162,10 +197,7 @@ impl ClusterReads for LiveCluster {
     }
 
     fn until_filled(&self, api_version: &str, kind: &str) -> BoxFuture<'static, ()> {
-        let cache = self
-            .caches
-            .get(&(api_version.to_owned(), kind.to_owned()))
-            .cloned();
+        let cache = self.cache(api_version, kind).ok().cloned();
         Box::pin(async move {
             if let Some(mut cache) = cache {
                 // An error means the watch has stopped: nothing to wait for.
@@ -264,24 +296,55 @@ pub(crate) async fn client(credentials: Credentials<'_>) -> Result<Client, Strin
     Client::try_from(config).map_err(|e| format!("cannot build a Kubernetes client: {e}"))
 }
 
-/// How a watch retries after an error. Before a kind's first list, the
-/// errors are mostly the host's own conversion webhook not serving yet
-/// (see the module's comment): kube's default backoff would grow to 30 s
-/// and leave the caches empty long after the host serves, so this one
-/// stops growing at 2 s. A host watches a handful of kinds, so the API
-/// server sees at most a few retries a second.
-fn retry_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
-    ResetTimerBackoff::new(
-        ExponentialBackoff::from(
-            backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(2))
-                .with_factor(2.0)
-                .with_jitter()
-                .without_max_times(),
-        ),
-        Duration::from_mins(2),
-    )
+/// How a watch retries after an error: quickly until its first list is
+/// in, then as kube does by default. Before the first list, the errors are
+/// mostly the host's own conversion webhook not serving yet (see the
+/// module's comment), and kube's backoff, growing to 30 s, would leave the
+/// caches empty long after the host serves; this one waits at most 2 s
+/// (1 s, plus up to as much again of jitter). Once filled, a cache serves
+/// while its watch reconnects, and the API server is spared fast retries.
+struct RetryBackoff {
+    filled: Arc<AtomicBool>,
+    before_filled: ResetTimerBackoff<ExponentialBackoff>,
+    after_filled: DefaultBackoff,
+}
+
+impl RetryBackoff {
+    fn new(filled: Arc<AtomicBool>) -> Self {
+        let fast = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(1))
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
+        Self {
+            filled,
+            before_filled: ResetTimerBackoff::new(
+                ExponentialBackoff::from(fast),
+                Duration::from_mins(2),
+            ),
+            after_filled: DefaultBackoff::default(),
+        }
+    }
+}
+
+impl Iterator for RetryBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.filled.load(Ordering::Relaxed) {
+            self.after_filled.next()
+        } else {
+            self.before_filled.next()
+        }
+    }
+}
+
+impl Backoff for RetryBackoff {
+    fn reset(&mut self) {
+        self.before_filled.reset();
+        self.after_filled.reset();
+    }
 }
 
 /// Starts the watch of one kind; its cache fills in the background.
@@ -307,7 +370,9 @@ async fn watch_kind(
         // reads is a third of the size.
         let objects = watcher(api, watcher::Config::default())
             .modify(|object| object.managed_fields_mut().clear());
-        let events = reflector::reflector(writer, objects).backoff(retry_backoff());
+        let filled = Arc::new(AtomicBool::new(false));
+        let events =
+            reflector::reflector(writer, objects).backoff(RetryBackoff::new(Arc::clone(&filled)));
         futures::pin_mut!(events);
         let mut written = HashMap::new();
         while let Some(event) = events.next().await {
@@ -316,10 +381,12 @@ async fn watch_kind(
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, kind = %resource.kind, "watch error; retrying");
-                    cache.send_modify(|cache| {
-                        if cache.objects.is_none() {
+                    cache.send_if_modified(|cache| {
+                        let unfilled = cache.objects.is_none();
+                        if unfilled {
                             cache.last_error = Some(error.to_string());
                         }
+                        unfilled
                     });
                     continue;
                 }
@@ -337,19 +404,23 @@ async fn watch_kind(
                 objects: Some(Arc::new(objects)),
                 last_error: None,
             });
+            filled.store(true, Ordering::Relaxed);
         }
     });
     Ok(filled)
 }
 
-/// Where an object's JSON text was written for: its uid and
-/// resourceVersion, which change whenever its content does.
-type Written = HashMap<(String, String), Arc<StoredObject>>;
+/// The texts written at the last event, by namespace and name, with the
+/// object each was written from.
+type Written = HashMap<(Option<String>, String), (Arc<DynamicObject>, Arc<StoredObject>)>;
 
 /// The cached objects as the API would list them: with apiVersion and
-/// kind, sorted by namespace and name. An object unchanged since the last
-/// event keeps its text (`written`, updated here): a watch event writes
-/// out only the objects it changed.
+/// kind, sorted by namespace and name. An object the watch did not touch
+/// since the last event keeps its text (`written`, updated here): the
+/// reflector's store hands back the very same object then, and a new one
+/// for each object an event or a new list delivered (a new list may
+/// change what an unchanged resourceVersion reads as, through conversion
+/// or defaults), so an event writes out only the objects it delivered.
 fn stored_objects(
     objects: &[Arc<DynamicObject>],
     resource: &ApiResource,
@@ -359,14 +430,12 @@ fn stored_objects(
     let mut stored: Vec<Arc<StoredObject>> = objects
         .iter()
         .filter_map(|object| {
-            let version = object.uid().zip(object.resource_version());
-            let text = match version.as_ref().and_then(|v| previous.remove(v)) {
-                Some(text) => text,
-                None => Arc::new(stored_object(object, resource)?),
+            let key = (object.namespace(), object.name_any());
+            let text = match previous.remove(&key) {
+                Some((from, text)) if Arc::ptr_eq(&from, object) => text,
+                _ => Arc::new(stored_object(object, resource)?),
             };
-            if let Some(version) = version {
-                written.insert(version, Arc::clone(&text));
-            }
+            written.insert(key, (Arc::clone(object), Arc::clone(&text)));
             Some(text)
         })
         .collect();
@@ -415,30 +484,65 @@ mod tests {
         answer["items"].as_array().unwrap().clone()
     }
 
-    /// Each watch event writes out only the objects it changed: one whose
-    /// resourceVersion is unchanged keeps the text written before.
+    /// Each watch event writes out only the objects it delivered: an object
+    /// the store hands back unchanged keeps the text written before, even
+    /// the same resourceVersion delivered anew (a new list) is written
+    /// again, and deleted objects are forgotten.
     #[test]
-    fn a_watch_event_writes_only_the_objects_it_changed() {
+    fn a_watch_event_writes_only_the_objects_it_delivered() {
         let pods = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
         let mut written = Written::new();
-        let first = stored_objects(
-            &[pod("b", "web", "1"), pod("a", "db", "1")],
-            &pods,
-            &mut written,
-        );
+        let (web, db) = (pod("b", "web", "1"), pod("a", "db", "1"));
+        let first = stored_objects(&[Arc::clone(&web), Arc::clone(&db)], &pods, &mut written);
         let items = texts(&first);
         assert_eq!(items[0]["metadata"]["name"], "db", "sorted by namespace");
         assert_eq!(items[0]["kind"], "Pod");
         assert_eq!(items[0]["apiVersion"], "v1");
 
         let second = stored_objects(
-            &[pod("b", "web", "2"), pod("a", "db", "1")],
+            &[pod("b", "web", "2"), Arc::clone(&db)],
             &pods,
             &mut written,
         );
-        assert!(Arc::ptr_eq(&first[0], &second[0]), "db is unchanged");
-        assert!(!Arc::ptr_eq(&first[1], &second[1]), "web changed");
+        assert!(Arc::ptr_eq(&first[0], &second[0]), "db was not delivered");
+        assert!(!Arc::ptr_eq(&first[1], &second[1]), "web was");
         assert_eq!(texts(&second)[1]["metadata"]["resourceVersion"], "2");
-        assert_eq!(written.len(), 2, "objects gone are forgotten");
+
+        let relisted = stored_objects(&[pod("a", "db", "1")], &pods, &mut written);
+        assert!(
+            !Arc::ptr_eq(&second[0], &relisted[0]),
+            "a new list is written"
+        );
+        assert_eq!(written.len(), 1, "web, deleted, is forgotten");
+    }
+
+    /// What a cache serves before it fills, after, and once its watch has
+    /// stopped.
+    #[test]
+    fn a_cache_serves_once_filled_and_says_why_not_before() {
+        let served = |cache: &watch::Receiver<KindCache>| {
+            served_objects(cache, "apps.kruise.io/v1alpha1", "SidecarSet").map(|o| o.len())
+        };
+        let (sender, cache) = watch::channel(KindCache::default());
+        assert_eq!(
+            served(&cache).unwrap_err(),
+            "the host's watch cache of apps.kruise.io/v1alpha1 SidecarSet has not filled yet"
+        );
+        sender.send_modify(|cache| cache.last_error = Some("refused".to_owned()));
+        assert_eq!(
+            served(&cache).unwrap_err(),
+            "the host's watch cache of apps.kruise.io/v1alpha1 SidecarSet has not filled yet \
+             (last watch error: refused)"
+        );
+        sender.send_replace(KindCache {
+            objects: Some(Arc::new(Vec::new())),
+            last_error: None,
+        });
+        assert_eq!(served(&cache), Ok(0));
+        drop(sender);
+        assert_eq!(
+            served(&cache).unwrap_err(),
+            "the host's watch of apps.kruise.io/v1alpha1 SidecarSet has stopped"
+        );
     }
 }

@@ -34,8 +34,10 @@ pub struct Policy {
 
 /// How long the server lets a request wait for the host's watch caches to
 /// fill. They fill within a few seconds of start-up; a cluster that cannot
-/// be listed for longer gets each such request refused with the reason,
-/// inside the API server's webhook timeout (10 s by default).
+/// be listed for longer gets each such request refused with the reason.
+/// Half the API server's default webhook timeout (10 s): what is left is
+/// for a slot and the evaluation, though a chain whose policies each take
+/// their whole timeout can still exceed it.
 pub const CLUSTER_FILL_WAIT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Policy {
@@ -94,7 +96,8 @@ impl Policy {
     /// Waits, until `deadline` at most, for the caches this policy reads.
     /// The server waits here before it gives the request an evaluation
     /// slot, so a wait holds no slot and no thread; the evaluation itself
-    /// only checks. Needs a tokio runtime (for the deadline).
+    /// only checks. Panics outside a tokio runtime when a cache has not
+    /// filled (the deadline is a tokio timer).
     pub async fn wait_for_cluster(&self, deadline: tokio::time::Instant) {
         let Some((cluster, kinds)) = &self.cluster else {
             return;

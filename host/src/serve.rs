@@ -25,7 +25,8 @@ pub enum ClusterSource<'a> {
     Fixtures(&'a Path),
     /// A live cluster, through watch caches of the kinds the policies may
     /// read. They fill once the server is up (it may be the conversion
-    /// webhook of what they list); evaluations that read them wait.
+    /// webhook of what they list); a request to a policy that reads them
+    /// waits for them before it takes an evaluation slot.
     Live(Credentials<'a>),
 }
 

@@ -120,8 +120,8 @@ fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
     );
     live.cache_filled("v1", "Namespace").unwrap();
 
-    // Once a host converts again, the caches fill within seconds: a watch
-    // retries at least every 2 s until its first list is in (kube's own
+    // Once a host converts again, the caches fill within seconds: until its
+    // first list is in, a watch retries within 2 s of a failure (kube's own
     // backoff grows to 30 s).
     let _converter = runtime
         .block_on(install_converted_by(&cluster, start_conversion_only))

@@ -245,7 +245,9 @@ blind:
     let request = ordered_pod_create();
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let _in_tokio = tokio.enter();
-    let long_after = || tokio::time::Instant::now() + Duration::from_hours(1);
+    // Far enough not to be reached when a wait works, near enough for a
+    // broken one to fail the test rather than hang it.
+    let long_after = || tokio::time::Instant::now() + Duration::from_secs(30);
     let refusal = |response: AdmissionResponse| {
         assert!(!response.allowed, "{response:?}");
         response.status.unwrap().message.unwrap()
@@ -272,10 +274,13 @@ blind:
         refusal(block_on(reader.validate(&request))),
         "internal server error: the cache of Namespace has not filled yet"
     );
-    // The wait ends when the cache fills, and the guest then runs.
+    // The wait ends when the cache fills, not at its deadline, and the
+    // guest then runs.
+    let deadline = long_after();
     let filled_when_waited = tokio.block_on(async {
         let waiting = async {
-            reader.wait_for_cluster(long_after()).await;
+            reader.wait_for_cluster(deadline).await;
+            assert!(tokio::time::Instant::now() < deadline);
             *fill.borrow()
         };
         let filling = async {

@@ -698,8 +698,9 @@ fn requests_waiting_for_the_watch_caches_hold_no_evaluation_slot() {
             .map(|_| scope.spawn(|| post(server.address, "/validate/reader", &review)))
             .collect();
         // Each waiting request holds a receiver of the cache's state, beside
-        // the cluster's own.
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // the cluster's own. They give up after CLUSTER_FILL_WAIT (5 s), so
+        // all must be waiting well before that.
+        let deadline = Instant::now() + Duration::from_secs(3);
         while fill.receiver_count() < 1 + waiting_count {
             assert!(Instant::now() < deadline, "the requests never all waited");
             std::thread::sleep(Duration::from_millis(10));

@@ -238,7 +238,6 @@ fn evaluation_costs(
         .collect()
 }
 
-/// The middle of `times` (sorted in place).
 /// Runs `once` `count` times (at least once), timing each run: the median
 /// time, and how many runs it is of.
 fn median_time(

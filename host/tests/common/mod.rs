@@ -206,10 +206,10 @@ pub struct FillingCluster(pub tokio::sync::watch::Receiver<bool>);
 
 impl kruise_wasm_host::cluster_fixtures::ClusterReads for FillingCluster {
     fn cache_filled(&self, _: &str, kind: &str) -> Result<(), String> {
-        match (*self.0.borrow(), self.0.has_changed()) {
+        match (*self.0.borrow(), self.0.is_closed()) {
             (true, _) => Ok(()),
-            (false, Err(_)) => Err(format!("the watch of {kind} has stopped")),
-            (false, Ok(_)) => Err(format!("the cache of {kind} has not filled yet")),
+            (false, true) => Err(format!("the watch of {kind} has stopped")),
+            (false, false) => Err(format!("the cache of {kind} has not filled yet")),
         }
     }
 
