@@ -33,8 +33,9 @@ pub struct Environment<'a, C: Cluster> {
     pub cluster: &'a C,
 }
 
-/// What a module instance keeps between calls: the inline SidecarSets of
-/// the last settings it saw, read strictly, defaulted and hashed.
+/// What a module instance keeps between calls: the last settings it read,
+/// with their text, and their inline SidecarSets, read strictly, defaulted
+/// and hashed.
 /// Kubewarden sends the settings with every request, and both hosts give
 /// every request a fresh instance; but our host starts those instances
 /// from a snapshot taken after `validate_settings`, so with it the
