@@ -69,6 +69,20 @@ pub struct ListRequest {
     pub field_selector: Option<String>,
 }
 
+#[cfg(test)]
+impl ListRequest {
+    /// Every object of a kind, in every namespace.
+    pub(crate) fn all(api_version: &str, kind: &str) -> Self {
+        Self {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+        }
+    }
+}
+
 /// The payload of `get_resource`.
 #[derive(Debug, Deserialize)]
 pub struct GetRequest {
@@ -304,11 +318,9 @@ mod tests {
         ClusterFixtures::from_yaml(FIXTURES)
             .unwrap()
             .list(&ListRequest {
-                api_version: "v1".to_owned(),
-                kind: "Pod".to_owned(),
                 namespace: namespace.map(str::to_owned),
                 label_selector: selector.map(str::to_owned),
-                field_selector: None,
+                ..ListRequest::all("v1", "Pod")
             })
             .map(|answer| serde_json::from_slice(&answer).unwrap())
     }
@@ -340,15 +352,7 @@ mod tests {
             "- {apiVersion: v1, kind: Pod, metadata: {namespace: default, name: a}, spec: {}}",
         )
         .unwrap();
-        let answer = fixtures
-            .list(&ListRequest {
-                api_version: "v1".to_owned(),
-                kind: "Pod".to_owned(),
-                namespace: None,
-                label_selector: None,
-                field_selector: None,
-            })
-            .unwrap();
+        let answer = fixtures.list(&ListRequest::all("v1", "Pod")).unwrap();
         assert_eq!(
             String::from_utf8(answer).unwrap(),
             r#"{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"default"},"spec":{}}],"kind":"List","metadata":{"resourceVersion":""}}"#

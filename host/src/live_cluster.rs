@@ -469,17 +469,7 @@ mod tests {
     }
 
     fn texts(stored: &[Arc<StoredObject>]) -> Vec<Value> {
-        let answer = crate::cluster_fixtures::list_of(
-            stored,
-            &ListRequest {
-                api_version: "v1".to_owned(),
-                kind: "Pod".to_owned(),
-                namespace: None,
-                label_selector: None,
-                field_selector: None,
-            },
-        )
-        .unwrap();
+        let answer = list_of(stored, &ListRequest::all("v1", "Pod")).unwrap();
         let answer: Value = serde_json::from_slice(&answer).unwrap();
         answer["items"].as_array().unwrap().clone()
     }
