@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_policy_modules::SIDECARSET;
 use kruise_policy_sidecarset::cluster::read_sidecar_sets;
 use kruise_policy_sidecarset::{
-    Cluster, Environment, Instance, ListedSidecarSets, NoCluster, Settings,
+    Cluster, Environment, ListedSidecarSets, NoCluster, Settings, evaluate,
 };
 use serde_json::{Value, json};
 
@@ -123,12 +123,8 @@ fn native<C: Cluster>(case: &Value, settings: &Value, cluster: &C, draw: f64) ->
         random_draw: draw,
         cluster,
     };
-    let mut response = serde_json::to_value(
-        Instance::default()
-            .evaluate(&request, &settings, &environment)
-            .into_response(),
-    )
-    .unwrap();
+    let mut response =
+        serde_json::to_value(evaluate(&request, &settings, &environment).into_response()).unwrap();
     normalise(&mut response);
     response
 }

@@ -33,26 +33,41 @@ pub struct Environment<'a, C: Cluster> {
     pub cluster: &'a C,
 }
 
-/// What a module instance keeps between calls: the last settings it read,
-/// with their text, and their inline SidecarSets, read strictly, defaulted
-/// and hashed.
+/// What a module instance keeps between calls: the last settings it read.
 /// Kubewarden sends the settings with every request, and both hosts give
 /// every request a fresh instance; but our host starts those instances
-/// from a snapshot taken after `validate_settings`, so with it the
+/// from a snapshot taken after `validate_settings`, so with it the inline
 /// SidecarSets are prepared once per policy, not once per pod.
 #[derive(Debug, Default)]
 pub struct Instance {
-    inline: Option<InlineSidecarSets>,
-    /// The last settings read, with their JSON text: a request whose
-    /// settings have the same text uses them without parsing them again.
-    settings: Option<(String, Settings)>,
+    kept: Option<ReadSettings>,
 }
 
+/// Settings as read from one JSON text, with their inline SidecarSets read
+/// strictly, defaulted and hashed. Both hosts send the same settings as
+/// the same text with every request, so the text is the key: a request
+/// with that text uses them without reading anything again.
 #[derive(Debug)]
-struct InlineSidecarSets {
-    /// The documents as the settings gave them: the key of `read`.
-    documents: Vec<serde_json::Value>,
-    read: Result<Vec<SidecarSet>, String>,
+struct ReadSettings {
+    text: String,
+    settings: Settings,
+    inline: Option<Result<Vec<SidecarSet>, String>>,
+}
+
+impl ReadSettings {
+    fn read(text: &str) -> Result<Self, String> {
+        let settings = read_settings::<Settings>(text.as_bytes())?;
+        Ok(Self {
+            text: text.to_owned(),
+            inline: settings.inline_sidecar_sets(),
+            settings,
+        })
+    }
+
+    fn inline(&self) -> Option<Result<&[SidecarSet], &str>> {
+        let read = self.inline.as_ref()?;
+        Some(read.as_deref().map_err(String::as_str))
+    }
 }
 
 impl Instance {
@@ -63,42 +78,26 @@ impl Instance {
         environment: &Environment<'_, C>,
     ) -> Result<Vec<u8>, String> {
         let answer = match read_request_with_settings_text(payload) {
-            Ok(request) => match self.take_settings(request.settings.get()) {
-                Ok(settings) => {
-                    let answer = self.evaluate(&request.request, &settings.1, environment);
-                    self.settings = Some(settings);
-                    answer
+            Ok(request) => match self.read_settings(request.settings.get()) {
+                Ok(read) => evaluate_read(&request.request, read, environment),
+                Err(e) => {
+                    Outcome::bad_request(format!("cannot read the validation request: {e}")).into()
                 }
-                Err(message) => Outcome::bad_request(message).into(),
             },
             Err(message) => Outcome::bad_request(message).into(),
         };
         answer.into_payload().map_err(|e| e.to_string())
     }
 
-    /// The settings of `text` with their text: the kept ones if the text is
-    /// the same, else read from it.
-    fn take_settings(&mut self, text: &str) -> Result<(String, Settings), String> {
-        match self.settings.take() {
-            Some(kept) if kept.0 == text => Ok(kept),
-            _ => read_settings::<Settings>(text.as_bytes())
-                .map(|settings| (text.to_owned(), settings))
-                .map_err(|e| format!("cannot read the validation request: {e}")),
-        }
-    }
-
-    /// The `validate_settings` waPC operation. The inline SidecarSets it
-    /// reads are kept: a host that snapshots the instance after this call
-    /// (ours does, `io.kruise-wasm/snapshot-after-validate-settings`)
-    /// starts every evaluation with them prepared.
+    /// The `validate_settings` waPC operation. The settings it reads are
+    /// kept: a host that snapshots the instance after this call (ours
+    /// does, `io.kruise-wasm/snapshot-after-validate-settings`) starts
+    /// every evaluation with them read and their SidecarSets prepared.
     pub fn validate_settings(&mut self, payload: &[u8]) -> Result<Vec<u8>, String> {
-        let verdict = read_settings::<Settings>(payload).and_then(|settings| {
-            let verdict = settings.validate(self.inline_sidecar_sets(&settings));
-            if let Ok(text) = String::from_utf8(payload.to_vec()) {
-                self.settings = Some((text, settings));
-            }
-            verdict
-        });
+        let verdict = std::str::from_utf8(payload)
+            .map_err(|e| format!("invalid settings: {e}"))
+            .and_then(|text| self.read_settings(text))
+            .and_then(|read| read.settings.validate(read.inline()));
         let response = match verdict {
             Ok(()) => serde_json::json!({ "valid": true, "message": null }),
             Err(message) => serde_json::json!({ "valid": false, "message": message }),
@@ -106,41 +105,48 @@ impl Instance {
         serde_json::to_vec(&response).map_err(|e| e.to_string())
     }
 
-    /// The decision for one admission request. A SidecarSet of the cluster
-    /// that cannot be read is left out, and named in a warning.
-    pub fn evaluate<C: Cluster>(
-        &mut self,
-        request: &KubernetesAdmissionRequest,
-        settings: &Settings,
-        environment: &Environment<'_, C>,
-    ) -> Answer {
-        let inline = self.inline_sidecar_sets(settings);
-        evaluate(request, settings, inline, environment)
-    }
-
-    /// The inline SidecarSets prepared, from the last request's if the
-    /// settings give the same documents.
-    fn inline_sidecar_sets(&mut self, settings: &Settings) -> Option<Result<&[SidecarSet], &str>> {
-        let documents = settings.sidecar_sets.as_ref()?;
-        let stale = self
-            .inline
-            .as_ref()
-            .is_none_or(|kept| kept.documents != *documents);
-        if stale {
-            let read = settings.inline_sidecar_sets()?;
-            self.inline = Some(InlineSidecarSets {
-                documents: documents.clone(),
-                read,
-            });
+    /// The settings of `text`: the kept ones when the text is the same,
+    /// else read anew and kept. Text that cannot be read is refused and
+    /// leaves the kept settings as they were.
+    fn read_settings(&mut self, text: &str) -> Result<&ReadSettings, String> {
+        match self.kept.take() {
+            Some(kept) if kept.text == text => Ok(self.kept.insert(kept)),
+            kept => match ReadSettings::read(text) {
+                Ok(read) => Ok(self.kept.insert(read)),
+                Err(message) => {
+                    self.kept = kept;
+                    Err(message)
+                }
+            },
         }
-        self.inline.as_ref().map(|kept| match &kept.read {
-            Ok(sidecar_sets) => Ok(sidecar_sets.as_slice()),
-            Err(message) => Err(message.as_str()),
-        })
     }
 }
 
-fn evaluate<C: Cluster>(
+/// The decision for one admission request under `settings`, read afresh
+/// (a module instance keeps what it read: [`Instance::respond`]). A
+/// SidecarSet of the cluster that cannot be read is left out, and named
+/// in a warning.
+pub fn evaluate<C: Cluster>(
+    request: &KubernetesAdmissionRequest,
+    settings: &Settings,
+    environment: &Environment<'_, C>,
+) -> Answer {
+    let inline = settings.inline_sidecar_sets();
+    let inline = inline
+        .as_ref()
+        .map(|read| read.as_deref().map_err(String::as_str));
+    evaluate_prepared(request, settings, inline, environment)
+}
+
+fn evaluate_read<C: Cluster>(
+    request: &KubernetesAdmissionRequest,
+    read: &ReadSettings,
+    environment: &Environment<'_, C>,
+) -> Answer {
+    evaluate_prepared(request, &read.settings, read.inline(), environment)
+}
+
+fn evaluate_prepared<C: Cluster>(
     request: &KubernetesAdmissionRequest,
     settings: &Settings,
     inline: Option<Result<&[SidecarSet], &str>>,
@@ -305,7 +311,8 @@ mod tests {
 
     /// A request whose settings have the text `validate_settings` saw uses
     /// the settings read then, and answers as a fresh instance would;
-    /// other settings are read anew, a typo in them refused.
+    /// other settings are read anew, a typo in them refused without
+    /// losing the settings kept.
     #[test]
     fn requests_reuse_the_settings_read_from_the_same_text() {
         let environment = crate::Environment {
@@ -336,7 +343,7 @@ mod tests {
         let mut instance = Instance::default();
         instance.validate_settings(selecting.as_bytes()).unwrap();
         let reused = answer(&mut instance, &selecting);
-        assert_eq!(instance.settings.as_ref().unwrap().0, selecting);
+        assert_eq!(instance.kept.as_ref().unwrap().text, selecting);
         assert_eq!(reused, answer(&mut Instance::default(), &selecting));
         assert!(reused["mutated_object"].is_object(), "{reused}");
 
@@ -345,6 +352,7 @@ mod tests {
         assert_eq!(typo_answer["accepted"], false);
         let message = typo_answer["message"].as_str().unwrap();
         assert!(message.contains("sidecarSetz"), "{message}");
+        assert_eq!(instance.kept.as_ref().unwrap().text, selecting);
         assert_eq!(answer(&mut instance, &selecting), reused);
     }
 
@@ -356,8 +364,8 @@ mod tests {
         let verdict = instance.validate_settings(SIDECAR_SET.as_bytes()).unwrap();
         let verdict: serde_json::Value = serde_json::from_slice(&verdict).unwrap();
         assert_eq!(verdict, json!({"valid": true, "message": null}));
-        let kept = instance.inline.as_ref().unwrap();
-        let prepared = kept.read.as_ref().unwrap();
+        let kept = instance.kept.as_ref().unwrap();
+        let prepared = kept.inline.as_ref().unwrap().as_ref().unwrap();
         assert_eq!(prepared[0].metadata.name.as_deref(), Some("s"));
         assert!(
             prepared[0]

@@ -9,7 +9,7 @@ use std::path::Path;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_policy_sidecarset::cluster::{read_sidecar_sets, requests};
 use kruise_policy_sidecarset::{
-    Cluster, Environment, Instance, ListedSidecarSets, NoCluster, Settings,
+    Cluster, Environment, Instance, ListedSidecarSets, NoCluster, Settings, evaluate,
 };
 use kruise_policy_support::Outcome;
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
@@ -23,11 +23,14 @@ fn example(name: &str) -> Value {
 }
 
 fn pod_create(object: &Value) -> KubernetesAdmissionRequest {
-    serde_json::from_value(json!({
+    serde_json::from_value(pod_create_json(object)).unwrap()
+}
+
+fn pod_create_json(object: &Value) -> Value {
+    json!({
         "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "namespace": "default", "operation": "CREATE", "object": object
-    }))
-    .unwrap()
+    })
 }
 
 const NOW: &str = "2026-11-29T10:00:00Z";
@@ -38,9 +41,7 @@ fn run<C: Cluster>(settings: &Settings, pod: &Value, cluster: &C) -> Outcome {
         random_draw: 0.5,
         cluster,
     };
-    Instance::default()
-        .evaluate(&pod_create(pod), settings, &environment)
-        .outcome
+    evaluate(&pod_create(pod), settings, &environment).outcome
 }
 
 fn inline(sidecar_sets: Vec<Value>) -> Settings {
@@ -86,7 +87,7 @@ fn inline_sidecarsets_inject_the_users_example() {
 }
 
 /// One instance serves many requests: what it keeps from the last
-/// settings must follow every change of them.
+/// settings must follow every change of their text.
 #[test]
 fn an_instance_follows_each_change_of_the_inline_sidecarsets() {
     let environment = Environment {
@@ -94,28 +95,31 @@ fn an_instance_follows_each_change_of_the_inline_sidecarsets() {
         random_draw: 0.5,
         cluster: &NoCluster,
     };
-    let request = pod_create(&example("pod-test-pod.yaml"));
+    let request = pod_create_json(&example("pod-test-pod.yaml"));
     let demo = example("sidecarset-scs-demo.yaml");
     let mut renamed = demo.clone();
     renamed["spec"]["containers"][0]["name"] = json!("sidecar2");
     let mut typo = demo.clone();
     typo["spec"]["containerz"] = json!([]);
     let mut instance = Instance::default();
-    let mut first_container =
-        |settings: &Settings| match instance.evaluate(&request, settings, &environment).outcome {
-            Outcome::Mutate(pod) => Ok(container_names(&pod)[0].to_owned()),
-            other => Err(format!("{other:?}")),
-        };
-    assert_eq!(
-        first_container(&inline(vec![demo.clone()])).unwrap(),
-        "sidecar1"
-    );
-    assert_eq!(first_container(&inline(vec![renamed])).unwrap(), "sidecar2");
-    let refused = first_container(&inline(vec![typo.clone()])).unwrap_err();
+    let mut first_container = |sidecar_set: &Value| {
+        let payload = json!({"request": request, "settings": {"sidecarSets": [sidecar_set]}});
+        let answer = instance
+            .respond(&serde_json::to_vec(&payload).unwrap(), &environment)
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        match answer["mutated_object"]["spec"]["containers"][0]["name"].as_str() {
+            Some(name) => Ok(name.to_owned()),
+            None => Err(answer["message"].to_string()),
+        }
+    };
+    assert_eq!(first_container(&demo).unwrap(), "sidecar1");
+    assert_eq!(first_container(&renamed).unwrap(), "sidecar2");
+    let refused = first_container(&typo).unwrap_err();
     assert!(refused.contains("containerz"), "{refused}");
-    let refused_again = first_container(&inline(vec![typo])).unwrap_err();
+    let refused_again = first_container(&typo).unwrap_err();
     assert_eq!(refused_again, refused);
-    assert_eq!(first_container(&inline(vec![demo])).unwrap(), "sidecar1");
+    assert_eq!(first_container(&demo).unwrap(), "sidecar1");
 }
 
 #[test]
@@ -137,7 +141,7 @@ fn requests_other_than_pod_create_are_accepted() {
         cluster: &NoCluster,
     };
     assert_eq!(
-        Instance::default().evaluate(&request, &settings, &environment),
+        evaluate(&request, &settings, &environment),
         Outcome::Accept.into()
     );
 }
@@ -228,7 +232,7 @@ fn an_unreadable_sidecarset_is_left_out_with_a_warning() {
         cluster: &cluster,
     };
     let request = pod_create(&example("pod-test-pod.yaml"));
-    let answer = Instance::default().evaluate(&request, &Settings::default(), &environment);
+    let answer = evaluate(&request, &Settings::default(), &environment);
     let Outcome::Mutate(pod) = &answer.outcome else {
         panic!("expected the good SidecarSet injected: {answer:?}");
     };

@@ -71,13 +71,7 @@ pub const UNPROCESSABLE: u16 = 422;
 pub fn read_request<S: Default + DeserializeOwned>(
     payload: &[u8],
 ) -> Result<ValidationRequest<S>, String> {
-    check_size(payload)?;
-    serde_json::from_slice(payload).map_err(|e| {
-        format!(
-            "cannot read the validation request: {e} (starts with {})",
-            quote(payload)
-        )
-    })
+    read_validation_payload(payload)
 }
 
 /// The `validate` payload with its settings left as JSON text, for a policy
@@ -95,6 +89,12 @@ pub struct RequestWithSettingsText<'a> {
 pub fn read_request_with_settings_text(
     payload: &[u8],
 ) -> Result<RequestWithSettingsText<'_>, String> {
+    read_validation_payload(payload)
+}
+
+/// The `validate` payload read as `T`, refused with one message whatever
+/// shape the caller reads it into.
+fn read_validation_payload<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T, String> {
     check_size(payload)?;
     serde_json::from_slice(payload).map_err(|e| {
         format!(
