@@ -38,7 +38,7 @@ use kruise_wasm_host::runtime::{Runtime, RuntimeConfig};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::{container_names, examples, kubectl};
+use support::{container_names, examples, kubectl, node_troubles};
 
 const NAMESPACE: &str = "kruise-system";
 /// How long the install may take to come up: image pulls from the node's
@@ -211,12 +211,15 @@ async fn pods_and_logs(client: &Client, node: &RealNode) -> String {
         let status = pod.status.unwrap_or_default();
         let _ = writeln!(
             report,
-            "pod {}: {:?} {:#?}",
+            "pod {}: {:?} {:?} {:?} {:#?}",
             pod.metadata.name.unwrap_or_default(),
             status.phase,
+            status.reason,
+            status.message,
             status.container_statuses
         );
     }
+    report.push_str(&node_troubles(client).await);
     for log in logs_under(&node.work_dir.join("pod-logs")) {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let tail: Vec<&str> = text.lines().rev().take(20).collect();

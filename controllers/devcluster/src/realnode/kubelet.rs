@@ -113,11 +113,13 @@ fn config_yaml(
         "failCgroupV1": false,
         "cgroupsPerQOS": false,
         "enforceNodeAllocatable": [],
+        // Absolute floors: a percentage of a big shared disk (1 % of 252 GB
+        // is 2.5 GB) put the node under DiskPressure mid-test.
         "evictionHard": {
             "memory.available": "1Mi",
-            "nodefs.available": "1%",
+            "nodefs.available": "100Mi",
             "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
+            "imagefs.available": "100Mi",
         },
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,

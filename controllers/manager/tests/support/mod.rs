@@ -3,10 +3,12 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use kruise_api::containerrecreaterequest::ContainerRecreateRequestPhase;
 use kruise_api::{CloneSet, ContainerRecreateRequest};
 use kruise_devcluster::realnode::RealNode;
@@ -14,6 +16,7 @@ use kruise_devcluster::wait::wait_for;
 use kruise_manager::agents::NodeAgents;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
+use kube::api::ListParams;
 
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/fixtures/examples")
@@ -107,11 +110,10 @@ pub async fn completed(
         if phase == Some(ContainerRecreateRequestPhase::Completed) {
             return current;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} did not complete: {:#?}",
-            current.status
-        );
+        if tokio::time::Instant::now() >= deadline {
+            let troubles = node_troubles(&requests.clone().into_client()).await;
+            panic!("{name} did not complete: {:#?}\n{troubles}", current.status);
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
@@ -135,4 +137,38 @@ pub async fn real_node_environment() -> Option<(DevEnvironment, RealNode)> {
     .await
     .expect("the real node's agent starts");
     Some((environment, node))
+}
+
+/// The nodes' conditions that say a node is in trouble (under pressure,
+/// or not ready), one line each; empty when there are none. A test that
+/// times out prints them, so that a full disk (kubelet's DiskPressure) is
+/// told apart from a defect in the code.
+pub async fn node_troubles(client: &kube::Client) -> String {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let nodes = match nodes.list(&ListParams::default()).await {
+        Ok(nodes) => nodes,
+        Err(e) => return format!("the nodes could not be listed: {e}"),
+    };
+    let mut troubles = String::new();
+    for node in nodes {
+        let name = node.metadata.name.unwrap_or_default();
+        let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        for condition in conditions {
+            let healthy = if condition.type_ == "Ready" {
+                "True"
+            } else {
+                "False"
+            };
+            if condition.status != healthy {
+                let _ = writeln!(
+                    troubles,
+                    "node {name}: {} is {}: {}",
+                    condition.type_,
+                    condition.status,
+                    condition.message.unwrap_or_default()
+                );
+            }
+        }
+    }
+    troubles
 }
