@@ -165,7 +165,7 @@ impl Injector {
                 Ok(Policy::new(
                     module.name,
                     runtime.load(module.wasm)?,
-                    settings,
+                    &settings,
                     Enforcement::kwctl_run(module.name),
                     runtime.limits(Some(crate::runtime::DEFAULT_TIMEOUT)),
                     std::sync::Arc::new(host),

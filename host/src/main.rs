@@ -274,7 +274,7 @@ fn run(args: &RunArgs) -> Result<String, String> {
     let policy = Policy::new(
         &id,
         module,
-        run_settings(args)?,
+        &run_settings(args)?,
         Enforcement::kwctl_run(&id),
         runtime.limits(Some(Duration::from_secs(args.timeout_seconds))),
         Arc::new(host),

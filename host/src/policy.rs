@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::admission::{
-    AdmissionRequest, AdmissionResponse, Enforcement, Settings, raw_validation_payload,
-    settings_from_value, validation_payload,
+    AdmissionRequest, AdmissionResponse, Enforcement, Settings, SettingsText,
+    raw_validation_payload, settings_from_value, validation_payload,
 };
 use crate::capabilities::{ContextAwareResource, Grants, PolicyHost};
 use crate::cluster_fixtures::ClusterReads;
@@ -23,7 +23,7 @@ use crate::runtime::{CompiledModule, HostCalls, Limits, LoadError, Runtime, bloc
 pub struct Policy {
     pub id: String,
     module: Arc<CompiledModule>,
-    settings: Settings,
+    settings: SettingsText,
     pub enforcement: Enforcement,
     limits: Limits,
     host: Arc<dyn HostCalls>,
@@ -63,7 +63,7 @@ impl Policy {
     pub fn new(
         id: &str,
         module: Arc<CompiledModule>,
-        settings: Settings,
+        settings: &Settings,
         enforcement: Enforcement,
         limits: Limits,
         host: Arc<dyn HostCalls>,
@@ -71,7 +71,7 @@ impl Policy {
         Self {
             id: id.to_owned(),
             module,
-            settings,
+            settings: SettingsText::new(settings),
             enforcement,
             limits,
             host,
@@ -125,12 +125,11 @@ impl Policy {
     /// `Err` carries the policy's explanation. A guest failure counts as
     /// invalid settings, with the failure as the explanation.
     pub async fn validate_settings(&self) -> Result<(), String> {
-        let payload = settings_payload(&self.settings);
         let answer = self
             .module
             .call(
                 "validate_settings",
-                &payload,
+                self.settings.as_bytes(),
                 self.limits,
                 Arc::clone(&self.host),
             )
@@ -285,7 +284,7 @@ fn load_policy(
     let policy = Policy::new(
         id,
         module,
-        settings,
+        &settings,
         enforcement,
         runtime.limits(timeout),
         Arc::new(host),
@@ -314,8 +313,8 @@ pub fn load_module(
     // With no settings there is nothing to prepare, and a snapshot costs
     // two more compilations of the module.
     if !settings.is_empty() && metadata.snapshot_after_validate_settings() {
-        let payload = settings_payload(settings);
-        match runtime.load_snapshot(wasm, "validate_settings", &payload, limits) {
+        let payload = SettingsText::new(settings);
+        match runtime.load_snapshot(wasm, "validate_settings", payload.as_bytes(), limits) {
             Ok(module) => return Ok(module),
             Err(error) => tracing::warn!(
                 policy = policy_id,
@@ -325,9 +324,4 @@ pub fn load_module(
         }
     }
     runtime.load(wasm)
-}
-
-/// The `validate_settings` payload: the settings as JSON.
-fn settings_payload(settings: &Settings) -> Vec<u8> {
-    serde_json::to_vec(settings).unwrap_or_default()
 }

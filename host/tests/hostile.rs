@@ -446,7 +446,7 @@ fn policy(wat: &str, timeout_ms: u64) -> Policy {
     Policy::new(
         "hostile",
         runtime().load(&wasm(wat)).unwrap(),
-        Settings::new(),
+        &Settings::new(),
         Enforcement::kwctl_run("hostile"),
         limits(timeout_ms, 16),
         Arc::new(NoHostCalls),

@@ -8,8 +8,8 @@ mod response;
 
 pub use constraints::{Enforcement, PolicyMode};
 pub use request::{
-    AdmissionRequest, GroupVersionKind, GroupVersionResource, RequestError, Settings, UserInfo,
-    raw_validation_payload, settings_from_value, validation_payload,
+    AdmissionRequest, GroupVersionKind, GroupVersionResource, RequestError, Settings, SettingsText,
+    UserInfo, raw_validation_payload, settings_from_value, validation_payload,
 };
 pub use response::{
     AdmissionResponse, MUTATION_WITHOUT_OBJECT, PatchType, Status, StatusCause, StatusDetails,

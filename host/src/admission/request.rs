@@ -3,6 +3,7 @@
 //! optionals omitted, next to the policy's settings.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A policy's settings: always a JSON object (`null` reads as `{}`).
@@ -97,20 +98,43 @@ impl AdmissionRequest {
     }
 }
 
+/// A policy's settings as the JSON text every payload to its guest
+/// carries: written once when the policy is loaded, not on every request.
+#[derive(Debug, Clone)]
+pub struct SettingsText(Box<RawValue>);
+
+impl SettingsText {
+    pub fn new(settings: &Settings) -> Self {
+        // A map of JSON values always serialises.
+        Self(serde_json::value::to_raw_value(settings).unwrap_or_default())
+    }
+
+    /// The `validate_settings` payload: the settings alone.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.get().as_bytes()
+    }
+}
+
 #[derive(Serialize)]
 struct ValidationRequest<'a, R: Serialize> {
     request: &'a R,
-    settings: &'a Settings,
+    settings: &'a RawValue,
 }
 
 /// The bytes of `{"request": …, "settings": …}` for `validate`.
-pub fn validation_payload(request: &AdmissionRequest, settings: &Settings) -> Vec<u8> {
-    to_json(&ValidationRequest { request, settings })
+pub fn validation_payload(request: &AdmissionRequest, settings: &SettingsText) -> Vec<u8> {
+    to_json(&ValidationRequest {
+        request,
+        settings: &settings.0,
+    })
 }
 
 /// The same for a raw policy: `request` is whatever the caller sent.
-pub fn raw_validation_payload(request: &Value, settings: &Settings) -> Vec<u8> {
-    to_json(&ValidationRequest { request, settings })
+pub fn raw_validation_payload(request: &Value, settings: &SettingsText) -> Vec<u8> {
+    to_json(&ValidationRequest {
+        request,
+        settings: &settings.0,
+    })
 }
 
 fn to_json(value: &impl Serialize) -> Vec<u8> {
@@ -170,8 +194,11 @@ mod tests {
     #[test]
     fn every_kept_field_round_trips_camel_case() {
         let request = AdmissionRequest::from_document(full_request()).unwrap();
-        let payload: Value =
-            serde_json::from_slice(&validation_payload(&request, &Settings::new())).unwrap();
+        let payload: Value = serde_json::from_slice(&validation_payload(
+            &request,
+            &SettingsText::new(&Settings::new()),
+        ))
+        .unwrap();
         assert_eq!(payload, json!({"request": full_request(), "settings": {}}));
     }
 
@@ -188,7 +215,11 @@ mod tests {
             "somethingNew": 1,
         });
         let request = AdmissionRequest::from_document(delete).unwrap();
-        let payload = String::from_utf8(validation_payload(&request, &Settings::new())).unwrap();
+        let payload = String::from_utf8(validation_payload(
+            &request,
+            &SettingsText::new(&Settings::new()),
+        ))
+        .unwrap();
         assert_eq!(
             payload,
             r#"{"request":{"uid":"u2","kind":{"group":"apps","version":"v1","kind":"Deployment"},"resource":{"group":"apps","version":"v1","resource":"deployments"},"operation":"DELETE","userInfo":{"username":"u"},"oldObject":{"kind":"Deployment"}},"settings":{}}"#
@@ -231,7 +262,7 @@ mod tests {
     #[test]
     fn raw_requests_go_as_they_are() {
         let settings = settings_from_value(json!({"s": 1})).unwrap();
-        let payload = raw_validation_payload(&json!({"user": "x"}), &settings);
+        let payload = raw_validation_payload(&json!({"user": "x"}), &SettingsText::new(&settings));
         assert_eq!(payload, br#"{"request":{"user":"x"},"settings":{"s":1}}"#);
     }
 }

@@ -464,7 +464,7 @@ fn policies(
         let policy = Policy::new(
             file.id,
             module,
-            file.settings.clone(),
+            &file.settings,
             Enforcement::kwctl_run(file.id),
             limits,
             Arc::new(host),
