@@ -98,6 +98,15 @@ pub enum RealNodeError {
     Images(String),
     #[error("{0}")]
     Component(String),
+    /// Too little free disk where the node keeps its images and pods.
+    #[error(
+        "only {free_mib} MiB free on the disk of {dir}, where the real node keeps its images, containers and pods; it needs at least {needed_mib} MiB (kubelet reports DiskPressure and evicts pods below 100 MiB): free some disk first"
+    )]
+    LowDisk {
+        dir: String,
+        free_mib: u64,
+        needed_mib: u64,
+    },
     #[error("the node {node} was not Ready within {seconds} s; last: {last}; logs in {logs}")]
     NotReady {
         node: String,
@@ -174,6 +183,11 @@ impl RealNode {
         std::fs::create_dir_all(&work_dir).map_err(|e| {
             RealNodeError::Setup(format!("cannot create {}: {e}", work_dir.display()))
         })?;
+        if let Err(error) = check_free_disk(&work_dir) {
+            // Nothing was started yet: only the empty dir to remove.
+            let _ = std::fs::remove_dir(&work_dir);
+            return Err(error);
+        }
         let mut node = Self {
             name: format!("real-node-{}", std::process::id()),
             containerd_socket: containerd::socket(&work_dir),
@@ -465,6 +479,40 @@ fn find_on_path(tool: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// The free disk a real node needs before it starts, in MiB: kubelet's
+/// eviction floor (100 MiB, `evictionHard` in realnode/kubelet.rs) plus
+/// the registry's images, containerd's snapshots, the pods' logs and what
+/// the test containers write, with room to spare. A node started below it
+/// goes under DiskPressure mid-test and its pods are evicted, a failure
+/// far from its cause.
+pub const MIN_FREE_DISK_MIB: u64 = 1024;
+
+/// Refuses to start a node in `dir` when its disk has less than
+/// [`MIN_FREE_DISK_MIB`] free.
+fn check_free_disk(dir: &Path) -> Result<(), RealNodeError> {
+    let stats = rustix::fs::statvfs(dir).map_err(|e| {
+        RealNodeError::Setup(format!(
+            "cannot read the free disk of {}: {e}",
+            dir.display()
+        ))
+    })?;
+    enough_free_disk(dir, stats.f_bavail.saturating_mul(stats.f_frsize))
+}
+
+/// The decision of [`check_free_disk`], given the bytes an unprivileged
+/// writer may still use there.
+fn enough_free_disk(dir: &Path, free_bytes: u64) -> Result<(), RealNodeError> {
+    let free_mib = free_bytes >> 20;
+    if free_mib >= MIN_FREE_DISK_MIB {
+        return Ok(());
+    }
+    Err(RealNodeError::LowDisk {
+        dir: dir.display().to_string(),
+        free_mib,
+        needed_mib: MIN_FREE_DISK_MIB,
+    })
+}
+
 fn fresh_temp_dir() -> PathBuf {
     static COUNT: AtomicU32 = AtomicU32::new(0);
     std::env::temp_dir().join(format!(
@@ -487,7 +535,56 @@ fn write(path: &Path, text: &str) -> Result<(), RealNodeError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
+    use super::{MIN_FREE_DISK_MIB, RealNodeError, check_free_disk, enough_free_disk};
+    use std::path::Path;
+
+    /// A full disk fails the start with the numbers and what to do, and is
+    /// not taken for a machine that cannot host a node (which tests skip).
+    #[test]
+    fn a_node_needs_free_disk() {
+        let dir = Path::new("/var/node");
+        let floor = MIN_FREE_DISK_MIB << 20;
+        assert!(enough_free_disk(dir, floor).is_ok());
+        assert!(enough_free_disk(dir, u64::MAX).is_ok());
+        let error = enough_free_disk(dir, floor - 1).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                RealNodeError::LowDisk { free_mib, needed_mib, .. }
+                    if *free_mib == MIN_FREE_DISK_MIB - 1 && *needed_mib == MIN_FREE_DISK_MIB
+            ),
+            "{error:?}"
+        );
+        assert!(!error.is_unsupported_machine());
+        let message = error.to_string();
+        assert!(
+            message.starts_with("only 1023 MiB free on the disk of /var/node,"),
+            "{message}"
+        );
+        assert!(message.contains("at least 1024 MiB"), "{message}");
+        assert!(matches!(
+            enough_free_disk(dir, 0),
+            Err(RealNodeError::LowDisk { free_mib: 0, .. })
+        ));
+    }
+
+    /// This machine's disk is read (whether or not it has room), and a
+    /// directory that does not exist is a set-up error, not a full disk.
+    #[test]
+    fn the_free_disk_is_read_from_the_filesystem() {
+        match check_free_disk(&std::env::temp_dir()) {
+            Ok(()) | Err(RealNodeError::LowDisk { .. }) => {}
+            Err(other) => panic!("{other}"),
+        }
+        let missing = check_free_disk(Path::new("/nonexistent/kruise-realnode"));
+        assert!(
+            matches!(&missing, Err(RealNodeError::Setup(message)) if message.contains("/nonexistent/kruise-realnode")),
+            "{missing:?}"
+        );
+    }
+
     #[test]
     fn static_executables_are_told_apart() {
         assert!(!super::is_static_elf(b"#!/bin/sh\n"));
