@@ -95,6 +95,12 @@ struct BenchArgs {
     /// SidecarSet of that name.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Have wasmtime write /tmp/perf-<pid>.map, so that `perf report` on
+    /// this process names each guest function (`wasm[0]::function[N]`)
+    /// instead of showing anonymous JIT addresses (docs/benchmarks.md,
+    /// "Profiling the guests").
+    #[arg(long)]
+    perf_map: bool,
 }
 
 #[derive(Debug, Args)]
@@ -410,7 +416,10 @@ fn bench(args: &BenchArgs) -> Result<String, String> {
         )),
         _ => None,
     };
-    let runtime = runtime_with(RuntimeConfig::default())?;
+    let runtime = runtime_with(RuntimeConfig {
+        perf_map: args.perf_map,
+        ..RuntimeConfig::default()
+    })?;
     let report = bench::run(
         &runtime,
         &bench::BenchConfig {

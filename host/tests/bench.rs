@@ -142,3 +142,37 @@ fn bench_beside_policy_server_reports_both_servers_and_the_ratio() {
         );
     }
 }
+
+/// `--perf-map` leaves the map `perf report` reads guest function names
+/// from; without it there is none.
+#[test]
+fn perf_map_names_the_guest_functions() {
+    let run = |perf_map: bool| {
+        let mut args = vec!["--workloads", "add-label", "--duration", "0.1"];
+        args.extend(["--connections", "1", "--instances", "1"]);
+        if perf_map {
+            args.push("--perf-map");
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_kruise-wasm"))
+            .arg("bench")
+            .args(&args)
+            .env("KRUISE_WASM_CACHE_DIR", common::cache_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let map = std::env::temp_dir().join(format!("perf-{}.map", child.id()));
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let text = std::fs::read_to_string(&map).ok();
+        let _ = std::fs::remove_file(&map);
+        text
+    };
+    let text = run(true).expect("a perf map with --perf-map");
+    assert!(
+        text.lines().any(|l| l.contains("wasm[0]::function[")),
+        "{}",
+        &text[..text.len().min(500)]
+    );
+    assert_eq!(run(false), None);
+}

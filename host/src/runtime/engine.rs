@@ -5,7 +5,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ProfilingStrategy,
+};
 
 /// How the runtime is sized. The defaults are for a 2-core machine serving
 /// many small policies; see each field for the reasoning.
@@ -47,6 +49,9 @@ pub struct RuntimeConfig {
     /// `None` compiles every module in every process. Needs the
     /// `compile-cache` feature.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Write a perf map (`/tmp/perf-<pid>.map`) of the compiled guest
+    /// code, for profiling with Linux `perf`.
+    pub perf_map: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -57,6 +62,7 @@ impl Default for RuntimeConfig {
             max_memory_bytes: 256 << 20,
             keep_resident_bytes: 16 << 20,
             cache_dir: None,
+            perf_map: false,
         }
     }
 }
@@ -89,6 +95,9 @@ pub(crate) fn engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
         .epoch_interruption(true)
         // As policy-server: modules built by Go >= 1.26 need it.
         .wasm_function_references(true);
+    if config.perf_map {
+        wasm.profiler(ProfilingStrategy::PerfMap);
+    }
     #[cfg(feature = "compile-cache")]
     if let Some(dir) = &config.cache_dir {
         let mut cache = wasmtime::CacheConfig::new();
