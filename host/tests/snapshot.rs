@@ -121,3 +121,97 @@ fn a_module_wizer_cannot_snapshot_is_served_as_it_is() {
     let wasm = counting_guest("(drop (table.grow $t (ref.null func) (i32.const 1)))");
     assert_not_snapshotted_but_served(&wasm, "table.grow");
 }
+
+/// Every evaluation from one snapshot draws its own random numbers: the
+/// snapshot holds the guest's state after `validate_settings`, the seed of
+/// its random source included, and a guest must not draw from that seed
+/// alone. The sidecarset policy reads its SidecarSets from the cluster
+/// here, with settings (so that it is snapshotted), and a `Partial`
+/// revision policy at 50 % gives each pod the old revision on a coin flip:
+/// 40 pods must not all land on the same side (odds 2 in 2^40 if fair),
+/// from the snapshot as from the module's own initial state.
+#[test]
+fn evaluations_from_one_snapshot_draw_their_own_random_numbers() {
+    let wasm = kruise_policy_modules::SIDECARSET.wasm;
+    let settings = json!({"namespaceLabels": null});
+    let snapshot = runtime()
+        .load_snapshot(
+            wasm,
+            "validate_settings",
+            settings.to_string().as_bytes(),
+            limits(),
+        )
+        .unwrap();
+    let plain = runtime().load(wasm).unwrap();
+    for (module, started) in [(&snapshot, "a snapshot"), (&plain, "the module")] {
+        let images = sidecar_images_of_40_pods(module, &settings);
+        assert_eq!(
+            images.len(),
+            2,
+            "from {started}, every pod drew the same: {images:?}"
+        );
+    }
+}
+
+/// How many of 40 pods got each sidecar image from `module`, under a
+/// SidecarSet whose `Partial` revision policy flips a coin per pod.
+fn sidecar_images_of_40_pods(
+    module: &kruise_wasm_host::runtime::CompiledModule,
+    settings: &serde_json::Value,
+) -> std::collections::BTreeMap<String, usize> {
+    let sidecar_set = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": "coin", "annotations": {
+            "kruise.io/sidecarset-hash": "new", "kruise.io/sidecarset-hash-without-image": "new"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "demo"}},
+            "containers": [{"name": "sidecar", "image": "sidecar:new"}],
+            "updateStrategy": {"partition": "50%"},
+            "injectionStrategy": {"revision": {"customVersion": "v1", "policy": "Partial"}},
+        },
+    });
+    let revision = json!({
+        "apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": "coin-v1", "namespace": "kruise-system", "labels": {
+            "kruise.io/sidecarset-name": "coin",
+            "apps.kruise.io/sidecarset-custom-version": "v1"}},
+        "revision": 1,
+        "data": {"spec": {"$patch": "replace",
+            "containers": [{"name": "sidecar", "image": "sidecar:old"}]}},
+    });
+    let cluster: common::HostFn = Arc::new(move |_, _, operation, payload| {
+        let asked: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        let items = match (operation, asked["kind"].as_str()) {
+            ("list_resources_all", Some("SidecarSet")) => json!([sidecar_set]),
+            ("list_resources_by_namespace", Some("ControllerRevision")) => json!([revision]),
+            other => return Err(format!("not in this cluster: {other:?}")),
+        };
+        Ok(
+            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+                .unwrap(),
+        )
+    });
+    let mut images = std::collections::BTreeMap::new();
+    for n in 0..40 {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("pod-{n}"), "namespace": "default", "labels": {"app": "demo"}},
+            "spec": {"containers": [{"name": "app", "image": "demo"}]}});
+        let payload = common::validation_request(&common::pod_create(&pod), settings);
+        let answer = block_on(module.call(
+            "validate",
+            &payload,
+            limits(),
+            Arc::new(common::FnHost(Arc::clone(&cluster))),
+        ))
+        .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        let containers = answer["mutated_object"]["spec"]["containers"].as_array();
+        let image = containers
+            .and_then(|containers| containers.iter().find(|c| c["name"] == "sidecar"))
+            .and_then(|sidecar| sidecar["image"].as_str())
+            .unwrap_or_else(|| panic!("pod-{n} not injected: {answer}"))
+            .to_owned();
+        *images.entry(image).or_insert(0) += 1;
+    }
+    images
+}

@@ -37,14 +37,13 @@ pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
     outcome.into_payload().map_err(|e| e.to_string())
 }
 
-/// Five characters of Kubernetes' name alphabet. std's hasher keys come from
-/// the platform's randomness (WASI `random_get` in the policy), which is all
-/// a generated name needs.
+/// Five characters of Kubernetes' name alphabet, from the platform's
+/// randomness (WASI `random_get` in the policy). Without any, the suffix is
+/// empty, and only a pod that needs a generated name is refused for it.
 fn random_name_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut bits = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
+    let Some(mut bits) = kruise_policy_support::clock::random_u64() else {
+        return String::new();
+    };
     let alphabet = NAME_SUFFIX_ALPHABET.as_bytes();
     let radix = alphabet.len() as u64;
     (0..5)

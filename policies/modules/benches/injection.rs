@@ -112,7 +112,7 @@ fn cluster_mode(c: &mut Criterion, engine: &wasmtime::Engine, module: &wasmtime:
     let cluster = HostCalls(answer_list);
     let environment = Environment {
         now: NOW,
-        random_draw: 0.5,
+        random_draw: Some(0.5),
         cluster: &cluster,
     };
     let answer: Value =
@@ -180,7 +180,7 @@ fn injection(c: &mut Criterion) {
         let payload = payload(&pod_json, Some(&sidecarset_json));
         let environment = Environment {
             now: NOW,
-            random_draw: 0.5,
+            random_draw: Some(0.5),
             cluster: &NoCluster,
         };
         group.bench_function("native policy (payload to response)", |b| {

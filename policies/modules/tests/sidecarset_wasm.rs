@@ -120,7 +120,7 @@ fn native<C: Cluster>(case: &Value, settings: &Value, cluster: &C, draw: f64) ->
     let settings: Settings = serde_json::from_value(settings.clone()).unwrap();
     let environment = Environment {
         now: "2026-11-29T10:00:00Z",
-        random_draw: draw,
+        random_draw: Some(draw),
         cluster,
     };
     let mut response =

@@ -29,7 +29,9 @@ pub use settings::{Settings, prepare};
 pub struct Environment<'a, C: Cluster> {
     /// RFC 3339, written as the hash records' `updateTimestamp`.
     pub now: &'a str,
-    pub random_draw: f64,
+    /// In `[0, 1)`; `None` when the platform gave none, which only a
+    /// `Partial` revision policy needs (it then refuses the pod, saying so).
+    pub random_draw: Option<f64>,
     pub cluster: &'a C,
 }
 
@@ -195,7 +197,7 @@ fn inject_pod<C: Cluster>(
             .map(String::as_str),
         now: environment.now,
         revisions: &state.revisions,
-        random_draw: Some(environment.random_draw),
+        random_draw: environment.random_draw,
     };
     match inject(pod, &context) {
         Ok(injection) if injection.sidecar_sets.is_empty() => Outcome::Accept,
@@ -317,7 +319,7 @@ mod tests {
     fn requests_reuse_the_settings_read_from_the_same_text() {
         let environment = crate::Environment {
             now: "2026-12-04T00:00:00Z",
-            random_draw: 0.5,
+            random_draw: Some(0.5),
             cluster: &crate::NoCluster,
         };
         let payload = |settings: &str| {

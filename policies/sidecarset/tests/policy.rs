@@ -38,7 +38,7 @@ const NOW: &str = "2026-11-29T10:00:00Z";
 fn run<C: Cluster>(settings: &Settings, pod: &Value, cluster: &C) -> Outcome {
     let environment = Environment {
         now: NOW,
-        random_draw: 0.5,
+        random_draw: Some(0.5),
         cluster,
     };
     evaluate(&pod_create(pod), settings, &environment).outcome
@@ -92,7 +92,7 @@ fn inline_sidecarsets_inject_the_users_example() {
 fn an_instance_follows_each_change_of_the_inline_sidecarsets() {
     let environment = Environment {
         now: NOW,
-        random_draw: 0.5,
+        random_draw: Some(0.5),
         cluster: &NoCluster,
     };
     let request = pod_create_json(&example("pod-test-pod.yaml"));
@@ -137,7 +137,7 @@ fn requests_other_than_pod_create_are_accepted() {
     request.operation = "UPDATE".to_owned();
     let environment = Environment {
         now: NOW,
-        random_draw: 0.5,
+        random_draw: Some(0.5),
         cluster: &NoCluster,
     };
     assert_eq!(
@@ -228,7 +228,7 @@ fn an_unreadable_sidecarset_is_left_out_with_a_warning() {
     };
     let environment = Environment {
         now: NOW,
-        random_draw: 0.5,
+        random_draw: Some(0.5),
         cluster: &cluster,
     };
     let request = pod_create(&example("pod-test-pod.yaml"));

@@ -18,15 +18,36 @@ pub fn now_rfc3339() -> String {
     now().0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// A uniform draw from `[0, 1)`; std's hasher keys come from the
-/// platform's randomness.
-pub fn random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let bits = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
+/// 64 random bits, asked of the platform (WASI `random_get` in a module)
+/// on every call; `None` when it has no randomness to give.
+///
+/// Not from std's `RandomState`: its keys are drawn once per thread and
+/// then only counted up, and a module's one thread may have drawn them
+/// before the host snapshotted it (waPC's registry is a `HashMap`): every
+/// instance started from that snapshot would then draw the same numbers.
+pub fn random_u64() -> Option<u64> {
+    getrandom::u64().ok()
+}
+
+/// A uniform draw from `[0, 1)`, as [`random_u64`].
+pub fn random_unit() -> Option<f64> {
+    let bits = random_u64()?;
     // 53 random bits fill an f64's mantissa exactly.
     #[allow(clippy::cast_precision_loss)]
     let unit = (bits >> 11) as f64 / (1u64 << 53) as f64;
-    unit
+    Some(unit)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    #[test]
+    fn every_draw_is_asked_anew() {
+        let draws: Vec<f64> = (0..64).map(|_| super::random_unit().unwrap()).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)), "{draws:?}");
+        let mut distinct = draws.clone();
+        distinct.sort_by(f64::total_cmp);
+        distinct.dedup();
+        assert!(distinct.len() > 60, "{draws:?}");
+    }
 }
