@@ -227,6 +227,8 @@ fn runtime() -> Result<Runtime, String> {
 
 /// Compiled modules are cached on disk, so only the first run pays for
 /// Cranelift; a cache directory that cannot be used only costs that time.
+/// The warning is given only when the runtime starts without the cache: a
+/// runtime that cannot start either way reports its own error.
 fn runtime_with(config: RuntimeConfig) -> Result<Runtime, String> {
     let cache_dir = cache_dir();
     if cache_dir.is_some() {
@@ -235,7 +237,11 @@ fn runtime_with(config: RuntimeConfig) -> Result<Runtime, String> {
             ..config.clone()
         }) {
             Ok(runtime) => return Ok(runtime),
-            Err(error) => eprintln!("Warning: compiled modules will not be cached: {error}"),
+            Err(cache_error) => {
+                let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
+                eprintln!("Warning: compiled modules will not be cached: {cache_error}");
+                return Ok(runtime);
+            }
         }
     }
     Runtime::new(config).map_err(|e| e.to_string())

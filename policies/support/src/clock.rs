@@ -41,8 +41,12 @@ pub fn random_unit() -> Option<f64> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    /// Natively only the range and the spread can be seen here; that a
+    /// module asks the host anew on every draw, even when started from a
+    /// snapshot, is host/tests/snapshot.rs's
+    /// `evaluations_from_one_snapshot_draw_their_own_random_numbers`.
     #[test]
-    fn every_draw_is_asked_anew() {
+    fn draws_are_in_the_unit_interval_and_differ() {
         let draws: Vec<f64> = (0..64).map(|_| super::random_unit().unwrap()).collect();
         assert!(draws.iter().all(|d| (0.0..1.0).contains(d)), "{draws:?}");
         let mut distinct = draws.clone();
