@@ -230,21 +230,22 @@ fn runtime() -> Result<Runtime, String> {
 /// The warning is given only when the runtime starts without the cache: a
 /// runtime that cannot start either way reports its own error.
 fn runtime_with(config: RuntimeConfig) -> Result<Runtime, String> {
-    let cache_dir = cache_dir();
-    if cache_dir.is_some() {
-        match Runtime::new(RuntimeConfig {
-            cache_dir: cache_dir.clone(),
+    let cached = cache_dir().map(|dir| {
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(dir),
             ..config.clone()
-        }) {
-            Ok(runtime) => return Ok(runtime),
-            Err(cache_error) => {
-                let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
-                eprintln!("Warning: compiled modules will not be cached: {cache_error}");
-                return Ok(runtime);
-            }
-        }
+        })
+    });
+    let cache_error = match cached {
+        Some(Ok(runtime)) => return Ok(runtime),
+        Some(Err(cache_error)) => Some(cache_error),
+        None => None,
+    };
+    let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
+    if let Some(cache_error) = cache_error {
+        eprintln!("Warning: compiled modules will not be cached: {cache_error}");
     }
-    Runtime::new(config).map_err(|e| e.to_string())
+    Ok(runtime)
 }
 
 /// `$KRUISE_WASM_CACHE_DIR` (empty: no cache), else the user's cache

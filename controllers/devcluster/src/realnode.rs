@@ -100,7 +100,8 @@ pub enum RealNodeError {
     Component(String),
     /// Too little free disk where the node keeps its images and pods.
     #[error(
-        "only {free_mib} MiB free on the disk of {dir}, where the real node keeps its images, containers and pods; it needs at least {needed_mib} MiB (kubelet reports DiskPressure and evicts pods below 100 MiB): free some disk first"
+        "only {free_mib} MiB free on the disk of {dir}, where the real node keeps its images, containers and pods; it needs at least {needed_mib} MiB (kubelet reports DiskPressure and evicts pods below {floor} MiB): free some disk first",
+        floor = kubelet::EVICTION_FLOOR_MIB
     )]
     LowDisk {
         dir: String,
@@ -480,7 +481,7 @@ fn find_on_path(tool: &str) -> Option<PathBuf> {
 }
 
 /// The free disk a real node needs before it starts, in MiB: kubelet's
-/// eviction floor (100 MiB, `evictionHard` in realnode/kubelet.rs) plus
+/// eviction floor (`EVICTION_FLOOR_MIB` in realnode/kubelet.rs) plus
 /// the registry's images, containerd's snapshots, the pods' logs and what
 /// the test containers write, with room to spare. A node started below it
 /// goes under DiskPressure mid-test and its pods are evicted, a failure
@@ -490,13 +491,18 @@ pub const MIN_FREE_DISK_MIB: u64 = 1024;
 /// Refuses to start a node in `dir` when its disk has less than
 /// [`MIN_FREE_DISK_MIB`] free.
 fn check_free_disk(dir: &Path) -> Result<(), RealNodeError> {
+    enough_free_disk(dir, free_disk_bytes(dir)?)
+}
+
+/// The bytes an unprivileged writer may still use on the disk of `dir`.
+fn free_disk_bytes(dir: &Path) -> Result<u64, RealNodeError> {
     let stats = rustix::fs::statvfs(dir).map_err(|e| {
         RealNodeError::Setup(format!(
             "cannot read the free disk of {}: {e}",
             dir.display()
         ))
     })?;
-    enough_free_disk(dir, stats.f_bavail.saturating_mul(stats.f_frsize))
+    Ok(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 /// The decision of [`check_free_disk`], given the bytes an unprivileged
@@ -537,7 +543,9 @@ fn write(path: &Path, text: &str) -> Result<(), RealNodeError> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{MIN_FREE_DISK_MIB, RealNodeError, check_free_disk, enough_free_disk};
+    use super::{
+        MIN_FREE_DISK_MIB, RealNodeError, check_free_disk, enough_free_disk, free_disk_bytes,
+    };
     use std::path::Path;
 
     /// A full disk fails the start with the numbers and what to do, and is
@@ -570,14 +578,24 @@ mod tests {
         ));
     }
 
-    /// This machine's disk is read (whether or not it has room), and a
+    /// The free disk read is what `df` reports (within what other writers
+    /// on this shared machine may change between the two reads), and a
     /// directory that does not exist is a set-up error, not a full disk.
     #[test]
     fn the_free_disk_is_read_from_the_filesystem() {
-        match check_free_disk(&std::env::temp_dir()) {
-            Ok(()) | Err(RealNodeError::LowDisk { .. }) => {}
-            Err(other) => panic!("{other}"),
-        }
+        let dir = std::env::temp_dir();
+        let ours_mib = free_disk_bytes(&dir).unwrap() >> 20;
+        let df = std::process::Command::new("df")
+            .args(["--output=avail", "-B1M"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(df.stdout).unwrap();
+        let df_mib: u64 = text.lines().nth(1).unwrap().trim().parse().unwrap();
+        assert!(
+            ours_mib.abs_diff(df_mib) <= 256,
+            "ours {ours_mib} MiB, df {text}"
+        );
         let missing = check_free_disk(Path::new("/nonexistent/kruise-realnode"));
         assert!(
             matches!(&missing, Err(RealNodeError::Setup(message)) if message.contains("/nonexistent/kruise-realnode")),

@@ -29,6 +29,10 @@ pub enum LaunchPriorityError {
     Unnamed,
     #[error("name suffix {0:?} must be 5 characters of {NAME_SUFFIX_ALPHABET}")]
     InvalidSuffix(String),
+    /// The caller had no randomness to draw a suffix from (a host without
+    /// WASI `random_get`), and the pod has only `generateName`.
+    #[error("cannot name the pod from metadata.generateName: no random name suffix was drawn")]
+    NoSuffix,
 }
 
 /// The ConfigMap key that releases containers of a priority.
@@ -95,7 +99,8 @@ pub fn container_priorities(pod: &Pod) -> Result<Option<Vec<i64>>, LaunchPriorit
 /// The pod-create mutation: every container waits for its priority's key in
 /// the barrier ConfigMap. A pod named only by `generateName` is named now,
 /// with `name_suffix` (5 characters of [`NAME_SUFFIX_ALPHABET`], drawn by
-/// the caller), because the ConfigMap is named after the pod.
+/// the caller; empty when it had no randomness, which refuses such a pod),
+/// because the ConfigMap is named after the pod.
 ///
 /// Returns `None` when the pod needs no change, including a pod whose
 /// containers already carry the barrier (a second pass changes nothing).
@@ -143,6 +148,9 @@ pub fn apply(pod: &Pod, name_suffix: &str) -> Result<Option<Pod>, LaunchPriority
 }
 
 fn generated_name(prefix: &str, suffix: &str) -> Result<String, LaunchPriorityError> {
+    if suffix.is_empty() {
+        return Err(LaunchPriorityError::NoSuffix);
+    }
     let valid_suffix =
         suffix.chars().count() == 5 && suffix.chars().all(|c| NAME_SUFFIX_ALPHABET.contains(c));
     if !valid_suffix {
@@ -358,6 +366,10 @@ mod tests {
         assert_eq!(
             generated_name("web-", "aaaaa"),
             Err(LaunchPriorityError::InvalidSuffix("aaaaa".into()))
+        );
+        assert_eq!(
+            generated_name("web-", ""),
+            Err(LaunchPriorityError::NoSuffix)
         );
     }
 }

@@ -41,7 +41,7 @@ pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
 /// randomness (WASI `random_get` in the policy). Without any, the suffix is
 /// empty, and only a pod that needs a generated name is refused for it.
 fn random_name_suffix() -> String {
-    let Some(mut bits) = kruise_policy_support::clock::random_u64() else {
+    let Some(mut bits) = kruise_policy_support::random::random_u64() else {
         return String::new();
     };
     let alphabet = NAME_SUFFIX_ALPHABET.as_bytes();
@@ -102,6 +102,28 @@ mod tests {
         assert_eq!(
             outcome,
             Outcome::bad_request("container b: KRUISE_CONTAINER_PRIORITY=\"x\" is not an integer")
+        );
+    }
+
+    #[test]
+    fn without_randomness_only_a_pod_to_be_named_is_refused() {
+        let ordered = json!({"apps.kruise.io/container-launch-priority": "Ordered"});
+        let containers = json!([{"name": "a"}, {"name": "b"}]);
+        let named = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "annotations": ordered},
+            "spec": {"containers": containers}});
+        assert!(matches!(
+            evaluate(&pod_create(&named), ""),
+            Outcome::Mutate(_)
+        ));
+        let to_be_named = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "web-", "annotations": ordered},
+            "spec": {"containers": containers}});
+        assert_eq!(
+            evaluate(&pod_create(&to_be_named), ""),
+            Outcome::bad_request(
+                "cannot name the pod from metadata.generateName: no random name suffix was drawn"
+            )
         );
     }
 

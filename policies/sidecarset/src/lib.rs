@@ -292,7 +292,7 @@ mod guest {
         let now = kruise_policy_support::clock::now_rfc3339();
         let environment = Environment {
             now: &now,
-            random_draw: kruise_policy_support::clock::random_unit(),
+            random_draw: kruise_policy_support::random::random_unit(),
             cluster: &HOST_CLUSTER,
         };
         INSTANCE.with_borrow_mut(|instance| instance.respond(payload, &environment))

@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod random;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubewarden_policy_sdk::request::{KubernetesAdmissionRequest, ValidationRequest};

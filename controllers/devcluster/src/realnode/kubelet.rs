@@ -15,6 +15,11 @@ use crate::cluster::DevCluster;
 use crate::ports::free_ports;
 use crate::process::Component;
 
+/// kubelet's hard eviction floor for free node and image disk, in MiB: an
+/// absolute figure, since a percentage of a big shared disk (1 % of 252 GB
+/// is 2.5 GB) put the node under DiskPressure mid-test.
+pub const EVICTION_FLOOR_MIB: u64 = 100;
+
 /// Registration, the first status and the runtime's first answers take a
 /// few seconds here; CI machines are shared and slower.
 const READY_DEADLINE: Duration = Duration::from_mins(2);
@@ -113,13 +118,11 @@ fn config_yaml(
         "failCgroupV1": false,
         "cgroupsPerQOS": false,
         "enforceNodeAllocatable": [],
-        // Absolute floors: a percentage of a big shared disk (1 % of 252 GB
-        // is 2.5 GB) put the node under DiskPressure mid-test.
         "evictionHard": {
             "memory.available": "1Mi",
-            "nodefs.available": "100Mi",
+            "nodefs.available": format!("{EVICTION_FLOOR_MIB}Mi"),
             "nodefs.inodesFree": "1%",
-            "imagefs.available": "100Mi",
+            "imagefs.available": format!("{EVICTION_FLOOR_MIB}Mi"),
         },
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
