@@ -67,7 +67,8 @@ pub struct PolicyHost {
     pub cluster: Option<Arc<dyn ClusterReads>>,
 }
 
-const KUBERNETES_READS: [&str; 3] = [
+/// The `kubernetes` host calls that read the cluster.
+pub(crate) const KUBERNETES_READS: [&str; 3] = [
     "list_resources_by_namespace",
     "list_resources_all",
     "get_resource",

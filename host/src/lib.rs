@@ -9,6 +9,7 @@ pub mod capabilities;
 pub mod chain;
 pub mod chains_file;
 pub mod cluster_fixtures;
+pub mod cluster_snapshot;
 pub mod conversion;
 pub mod inject;
 pub mod live_cluster;

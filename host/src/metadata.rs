@@ -32,6 +32,18 @@ pub struct Metadata {
 pub const SNAPSHOT_AFTER_VALIDATE_SETTINGS: &str =
     "io.kruise-wasm/snapshot-after-validate-settings";
 
+/// The annotation with which a module that reads the cluster says that
+/// the state its `read_cluster` operation leaves (`validate_settings`, then
+/// the cluster reads every evaluation starts with, each kept with the
+/// answer it came from) is where each evaluation may start. Our host then
+/// evaluates from a snapshot taken after that call, with the policy's host
+/// calls granted, and takes it again when those calls answer otherwise
+/// (`cluster_snapshot`); policy-server ignores it.
+pub const SNAPSHOT_AFTER_READ_CLUSTER: &str = "io.kruise-wasm/snapshot-after-read-cluster";
+
+/// The operation [`SNAPSHOT_AFTER_READ_CLUSTER`] names.
+pub const READ_CLUSTER: &str = "read_cluster";
+
 fn default_execution_mode() -> String {
     "kubewarden-wapc".to_owned()
 }
@@ -50,6 +62,13 @@ impl Metadata {
     pub fn snapshot_after_validate_settings(&self) -> bool {
         self.annotations
             .get(SNAPSHOT_AFTER_VALIDATE_SETTINGS)
+            .is_some_and(|value| value == "true")
+    }
+
+    /// Whether the module carries [`SNAPSHOT_AFTER_READ_CLUSTER`]: "true".
+    pub fn snapshot_after_read_cluster(&self) -> bool {
+        self.annotations
+            .get(SNAPSHOT_AFTER_READ_CLUSTER)
             .is_some_and(|value| value == "true")
     }
 
@@ -170,6 +189,16 @@ mod tests {
         };
         assert!(ours(&kruise_policy_modules::SIDECARSET));
         assert!(!ours(&kruise_policy_modules::LAUNCH_PRIORITY));
+        let key = SNAPSHOT_AFTER_READ_CLUSTER;
+        assert!(metadata(&format!(r#"{{"{key}":"true"}}"#)).snapshot_after_read_cluster());
+        assert!(!metadata("{}").snapshot_after_read_cluster());
+        let reads = |module: &kruise_policy_modules::PolicyModule| {
+            Metadata::of(module.wasm)
+                .unwrap()
+                .snapshot_after_read_cluster()
+        };
+        assert!(reads(&kruise_policy_modules::SIDECARSET));
+        assert!(!reads(&kruise_policy_modules::VALIDATE_SIDECARSET));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -16,13 +16,16 @@ use crate::admission::{
 };
 use crate::capabilities::{ContextAwareResource, Grants, PolicyHost};
 use crate::cluster_fixtures::ClusterReads;
+use crate::cluster_snapshot::{ClusterSnapshot, Observation};
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
 use crate::runtime::{CompiledModule, HostCalls, Limits, LoadError, Runtime, block_on};
 
 pub struct Policy {
     pub id: String,
-    module: Arc<CompiledModule>,
+    /// Replaced when a new cluster snapshot is taken; an evaluation keeps
+    /// the module it started with.
+    module: RwLock<Arc<CompiledModule>>,
     settings: SettingsText,
     pub enforcement: Enforcement,
     limits: Limits,
@@ -30,6 +33,8 @@ pub struct Policy {
     /// For a policy granted kinds to read: the reads and those kinds,
     /// whose caches must have filled before the guest runs.
     cluster: Option<(Arc<dyn ClusterReads>, Vec<ContextAwareResource>)>,
+    /// For a module that asks for one and a policy that reads the cluster.
+    cluster_snapshot: Option<ClusterSnapshot>,
 }
 
 /// How long the server lets a request wait for the host's watch caches to
@@ -44,7 +49,7 @@ impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policy")
             .field("id", &self.id)
-            .field("module", &self.module)
+            .field("module", &self.module())
             .field("enforcement", &self.enforcement)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
@@ -70,13 +75,58 @@ impl Policy {
     ) -> Self {
         Self {
             id: id.to_owned(),
-            module,
+            module: RwLock::new(module),
             settings: SettingsText::new(settings),
             enforcement,
             limits,
             host,
             cluster: None,
+            cluster_snapshot: None,
         }
+    }
+
+    /// The module evaluations start from now.
+    fn module(&self) -> Arc<CompiledModule> {
+        Arc::clone(&self.module.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Evaluations start from a snapshot taken after the module (`wasm`,
+    /// compiled by `runtime`) read the cluster
+    /// ([`crate::metadata::SNAPSHOT_AFTER_READ_CLUSTER`]), once
+    /// [`Policy::take_cluster_snapshot`] has taken it; the server keeps it
+    /// fresh ([`crate::cluster_snapshot::keep_fresh`]). Only for a policy
+    /// that reads the cluster.
+    #[must_use]
+    pub fn with_cluster_snapshot(mut self, runtime: &Runtime, wasm: &[u8]) -> Self {
+        if self.cluster.is_some() {
+            self.cluster_snapshot = Some(ClusterSnapshot::new(runtime, wasm));
+        }
+        self
+    }
+
+    pub fn takes_cluster_snapshots(&self) -> bool {
+        self.cluster_snapshot.is_some()
+    }
+
+    /// Takes the cluster snapshot (again): blocks while the module is run
+    /// and compiled, seconds of CPU. Refused while the caches it reads
+    /// have not filled. Evaluations under way finish on the module they
+    /// started with.
+    pub fn take_cluster_snapshot(&self) -> Result<(), String> {
+        let Some(snapshot) = &self.cluster_snapshot else {
+            return Err(format!("policy {} takes no cluster snapshot", self.id));
+        };
+        self.cluster_filled()?;
+        let module = snapshot.take(self.settings.as_bytes(), self.limits, &self.host)?;
+        *self.module.write().unwrap_or_else(PoisonError::into_inner) = module;
+        Ok(())
+    }
+
+    /// How fresh the cluster snapshot is, and whether the caches it reads
+    /// have filled; `None` for a policy without one.
+    pub fn observe_cluster_snapshot(&self) -> Option<(Observation, bool)> {
+        let snapshot = self.cluster_snapshot.as_ref()?;
+        Some((snapshot.observe(&*self.host), self.cluster_filled().is_ok()))
     }
 
     /// This policy reads `kinds` of `cluster`, through caches that may
@@ -126,7 +176,7 @@ impl Policy {
     /// invalid settings, with the failure as the explanation.
     pub async fn validate_settings(&self) -> Result<(), String> {
         let answer = self
-            .module
+            .module()
             .call(
                 "validate_settings",
                 self.settings.as_bytes(),
@@ -152,7 +202,7 @@ impl Policy {
         }
         let payload = validation_payload(request, &self.settings);
         let answer = self
-            .module
+            .module()
             .call("validate", &payload, self.limits, Arc::clone(&self.host))
             .await;
         AdmissionResponse::from_guest(&request.uid, request.object.as_ref(), answer)
@@ -177,7 +227,7 @@ impl Policy {
                 .apply(AdmissionResponse::internal_server_error(uid, &reason));
         }
         let answer = self
-            .module
+            .module()
             .call("validate", &payload, self.limits, Arc::clone(&self.host))
             .await;
         self.enforcement
@@ -289,9 +339,14 @@ fn load_policy(
         runtime.limits(timeout),
         Arc::new(host),
     );
-    Ok(match reads {
+    let policy = match reads {
         Some((cluster, kinds)) => policy.with_cluster_reads(cluster, kinds),
         None => policy,
+    };
+    Ok(if metadata.snapshot_after_read_cluster() {
+        policy.with_cluster_snapshot(runtime, &wasm)
+    } else {
+        policy
     })
 }
 

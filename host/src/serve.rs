@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::capabilities::ContextAwareResource;
 use crate::chains_file;
 use crate::cluster_fixtures::{ClusterFixtures, ClusterReads};
+use crate::cluster_snapshot::{self, Timing};
 use crate::live_cluster::{Credentials, LiveCluster};
 use crate::policies_file;
 use crate::policy::load_policies_with_cluster;
@@ -56,6 +57,14 @@ pub fn start(
         .into_iter()
         .map(|(id, policy)| (id, Arc::new(policy)))
         .collect();
+    for policy in policies.values() {
+        cluster_snapshot::keep_fresh(policy, Timing::default()).map_err(|e| {
+            format!(
+                "policy `{}`: cannot start its snapshot thread: {e}",
+                policy.id
+            )
+        })?;
+    }
     let chains = match files.chains {
         Some(path) => chains_file::parse(&read_text(path)?, &policies)
             .map_err(|e| format!("{}: {e}", path.display()))?,

@@ -2,7 +2,8 @@
 //! (`Runtime::load_snapshot`, `policy::load_module`): the state the call
 //! left is where every evaluation starts, each evaluation still starts
 //! from that state alone, and a module that cannot be snapshotted is
-//! served as it is.
+//! served as it is. And the cluster snapshots of a policy that reads the
+//! cluster (`cluster_snapshot`): fresh while their reads answer the same.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,10 +11,14 @@ mod common;
 
 use std::sync::Arc;
 
+use base64::Engine as _;
 use common::runtime;
-use kruise_wasm_host::admission::Settings;
+use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings};
+use kruise_wasm_host::capabilities::{Grants, PolicyHost};
+use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads, GetRequest, ListRequest};
+use kruise_wasm_host::cluster_snapshot::Observation;
 use kruise_wasm_host::metadata::Metadata;
-use kruise_wasm_host::policy::load_module;
+use kruise_wasm_host::policy::{Policy, load_module};
 use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on};
 use serde_json::json;
 
@@ -214,4 +219,139 @@ fn sidecar_images_of_40_pods(
         *images.entry(image).or_insert(0) += 1;
     }
     images
+}
+
+/// A cluster whose objects the test replaces.
+#[derive(Debug)]
+struct Replaceable(std::sync::Mutex<ClusterFixtures>);
+
+impl Replaceable {
+    fn with_sidecar_image(image: &str) -> ClusterFixtures {
+        let sidecar_set = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": "scs", "uid": "u1", "generation": 1},
+            "spec": {"selector": {"matchLabels": {"app": "demo"}},
+                     "containers": [{"name": "sidecar", "image": image}]},
+        });
+        ClusterFixtures::from_yaml(&json!([sidecar_set]).to_string()).unwrap()
+    }
+}
+
+impl ClusterReads for Replaceable {
+    fn list(&self, request: &ListRequest) -> Result<Vec<u8>, String> {
+        self.0.lock().unwrap().list(request)
+    }
+    fn get(&self, request: &GetRequest) -> Result<Vec<u8>, String> {
+        self.0.lock().unwrap().get(request)
+    }
+}
+
+/// The sidecar image `policy` injects into a pod of the SidecarSet.
+fn injected_image(policy: &Policy) -> String {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "demo"}},
+        "spec": {"containers": [{"name": "app", "image": "demo"}]}});
+    let request = AdmissionRequest::from_document(json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": common::pod_create(&pod)}))
+    .unwrap();
+    let response = block_on(policy.validate(&request));
+    let patch = response
+        .patch
+        .as_ref()
+        .unwrap_or_else(|| panic!("not injected: {response:?}"));
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap();
+    let text = patch.to_string();
+    ["sidecar:1", "sidecar:2"]
+        .into_iter()
+        .find(|image| text.contains(image))
+        .unwrap_or_else(|| panic!("no sidecar image in {text}"))
+        .to_owned()
+}
+
+/// A policy that reads the cluster's SidecarSets evaluates from a snapshot
+/// taken after `read_cluster` once its caches have filled; the snapshot
+/// is fresh while the reads it made answer the same. When the SidecarSet
+/// changes, evaluations from the stale snapshot read the new one (a stale
+/// snapshot costs a read, not a wrong answer), and a new snapshot holds it.
+#[test]
+fn a_cluster_snapshot_is_fresh_until_its_reads_answer_otherwise() {
+    let wasm = kruise_policy_modules::SIDECARSET.wasm;
+    let metadata = Metadata::of(wasm).unwrap();
+    let cluster = Arc::new(Replaceable(
+        Replaceable::with_sidecar_image("sidecar:1").into(),
+    ));
+    let host = PolicyHost {
+        policy_id: "sidecarset".to_owned(),
+        grants: Grants {
+            host_capabilities: vec!["kubernetes/*".to_owned()],
+            context_aware_resources: metadata.context_aware_resources.clone(),
+        },
+        cluster: Some(Arc::clone(&cluster) as Arc<dyn ClusterReads>),
+    };
+    let policy = Policy::new(
+        "sidecarset",
+        runtime().load(wasm).unwrap(),
+        &Settings::new(),
+        Enforcement::kwctl_run("sidecarset"),
+        limits(),
+        Arc::new(host),
+    )
+    .with_cluster_reads(cluster.clone(), metadata.context_aware_resources)
+    .with_cluster_snapshot(runtime(), wasm);
+    assert_eq!(
+        policy.observe_cluster_snapshot(),
+        Some((Observation::NotTaken, true))
+    );
+    assert_eq!(injected_image(&policy), "sidecar:1", "from the module");
+
+    policy.take_cluster_snapshot().unwrap();
+    assert_eq!(
+        policy.observe_cluster_snapshot(),
+        Some((Observation::Fresh, true))
+    );
+    assert_eq!(injected_image(&policy), "sidecar:1", "from the snapshot");
+
+    *cluster.0.lock().unwrap() = Replaceable::with_sidecar_image("sidecar:2");
+    assert!(matches!(
+        policy.observe_cluster_snapshot(),
+        Some((Observation::Stale(_), true))
+    ));
+    assert_eq!(
+        injected_image(&policy),
+        "sidecar:2",
+        "from the stale snapshot"
+    );
+
+    policy.take_cluster_snapshot().unwrap();
+    assert_eq!(
+        policy.observe_cluster_snapshot(),
+        Some((Observation::Fresh, true))
+    );
+    assert_eq!(
+        injected_image(&policy),
+        "sidecar:2",
+        "from the new snapshot"
+    );
+}
+
+/// A policy that reads no cluster takes no cluster snapshot.
+#[test]
+fn only_a_policy_that_reads_the_cluster_takes_cluster_snapshots() {
+    let wasm = kruise_policy_modules::SIDECARSET.wasm;
+    let policy = Policy::new(
+        "sidecarset",
+        runtime().load(wasm).unwrap(),
+        &Settings::new(),
+        Enforcement::kwctl_run("sidecarset"),
+        limits(),
+        Arc::new(NoHostCalls),
+    )
+    .with_cluster_snapshot(runtime(), wasm);
+    assert!(!policy.takes_cluster_snapshots());
+    assert_eq!(policy.observe_cluster_snapshot(), None);
+    assert!(policy.take_cluster_snapshot().is_err());
 }

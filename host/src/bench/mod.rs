@@ -447,7 +447,7 @@ fn policies(
         let (grants, cluster) = if file.reads_cluster {
             let grants = Grants {
                 host_capabilities: vec![KUBERNETES_CAPABILITIES.to_owned()],
-                context_aware_resources: metadata.context_aware_resources,
+                context_aware_resources: metadata.context_aware_resources.clone(),
             };
             (
                 grants,
@@ -459,9 +459,9 @@ fn policies(
         let host = PolicyHost {
             policy_id: file.id.to_owned(),
             grants,
-            cluster,
+            cluster: cluster.clone(),
         };
-        let policy = Policy::new(
+        let mut policy = Policy::new(
             file.id,
             module,
             &file.settings,
@@ -469,8 +469,20 @@ fn policies(
             limits,
             Arc::new(host),
         );
+        if let Some(cluster) = cluster {
+            policy = policy.with_cluster_reads(cluster, metadata.context_aware_resources.clone());
+        }
         block_on(policy.validate_settings())
             .map_err(|message| format!("{}: settings are not valid: {message}", file.id))?;
+        // As the server does once the caches have filled (they have).
+        if file.snapshot && metadata.snapshot_after_read_cluster() {
+            policy = policy.with_cluster_snapshot(runtime, file.wasm);
+            if policy.takes_cluster_snapshots() {
+                policy
+                    .take_cluster_snapshot()
+                    .map_err(|message| format!("{}: cluster snapshot: {message}", file.id))?;
+            }
+        }
         policies.insert(file.id.to_owned(), Arc::new(policy));
     }
     Ok((policies, modules))

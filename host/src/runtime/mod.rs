@@ -33,13 +33,15 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// The engine, the linker every module is instantiated against, and the
-/// modules compiled so far.
+/// modules compiled so far. A clone shares all of them (a policy keeps one
+/// to take its snapshots again).
+#[derive(Clone)]
 pub struct Runtime {
     engine: Engine,
     linker: Linker<StoreData>,
     config: RuntimeConfig,
-    modules: Mutex<HashMap<Digest, Arc<CompiledModule>>>,
-    _ticker: EpochTicker,
+    modules: Arc<Mutex<HashMap<Digest, Arc<CompiledModule>>>>,
+    _ticker: Arc<EpochTicker>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -65,8 +67,8 @@ impl Runtime {
             engine,
             linker,
             config,
-            modules: Mutex::default(),
-            _ticker: ticker,
+            modules: Arc::default(),
+            _ticker: Arc::new(ticker),
         })
     }
 
@@ -93,9 +95,9 @@ impl Runtime {
     }
 
     /// The module for these bytes as it is after `operation(payload)` in a
-    /// fresh instance: every evaluation starts from that state
-    /// ([`snapshot`]). Kept per module, operation and payload, so policies
-    /// with the same settings share one.
+    /// fresh instance granted no host calls: every evaluation starts from
+    /// that state ([`snapshot`]). Kept per module, operation and payload,
+    /// so policies with the same settings share one.
     pub fn load_snapshot(
         &self,
         wasm: &[u8],
@@ -113,6 +115,23 @@ impl Runtime {
         if let Some(module) = self.cached(&key) {
             return Ok(module);
         }
+        let compiled = self.snapshot(wasm, operation, payload, limits, Arc::new(NoHostCalls))?;
+        let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(Arc::clone(modules.entry(key).or_insert(compiled)))
+    }
+
+    /// [`Runtime::load_snapshot`] with `host` answering the run's host
+    /// calls, so the snapshot holds what they answered then: it is not
+    /// kept here, its owner replaces it when those answers change
+    /// (`cluster_snapshot`).
+    pub fn snapshot(
+        &self,
+        wasm: &[u8],
+        operation: &str,
+        payload: &[u8],
+        limits: Limits,
+        host: Arc<dyn HostCalls>,
+    ) -> Result<Arc<CompiledModule>, LoadError> {
         let compile = |wasm: &[u8]| {
             CompiledModule::new(
                 &self.engine,
@@ -123,11 +142,9 @@ impl Runtime {
             )
         };
         let snapshot = block_on(snapshot::snapshot_after(
-            wasm, compile, operation, payload, limits,
+            wasm, compile, operation, payload, limits, host,
         ))?;
-        let compiled = Arc::new(compile(&snapshot)?.started());
-        let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(Arc::clone(modules.entry(key).or_insert(compiled)))
+        Ok(Arc::new(compile(&snapshot)?.started()))
     }
 
     fn cached(&self, digest: &Digest) -> Option<Arc<CompiledModule>> {

@@ -112,8 +112,9 @@ impl CompiledModule {
         operation: &str,
         payload: &[u8],
         limits: Limits,
+        host: Arc<dyn HostCalls>,
     ) -> Result<(Store<StoreData>, Instance), CallError> {
-        let (mut store, instance) = self.fresh_instance(limits, Arc::new(NoHostCalls)).await?;
+        let (mut store, instance) = self.fresh_instance(limits, host).await?;
         guest_call(&mut store, instance, operation, payload, limits).await?;
         Ok((store, instance))
     }

@@ -7,23 +7,28 @@
 //! of one request reaches another; what is saved is the work the guest
 //! would otherwise redo on every request from the same settings.
 
+use std::sync::Arc;
+
 use wasmtime::{Instance, Store, Val};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 use super::error::LoadError;
+use super::host_calls::HostCalls;
 use super::module::{CompiledModule, Limits};
 use super::store_data::StoreData;
 
 /// The module that starts where `wasm` leaves a fresh instance after
 /// `operation(payload)`, as wasm bytes (`compile` compiles the
-/// instrumented copy that is run). The operation runs with no host
-/// calls granted: a snapshot must not hold what the cluster said at load.
+/// instrumented copy that is run). The operation's host calls go to
+/// `host`: whoever grants any must replace the snapshot when they would
+/// answer otherwise.
 pub(super) async fn snapshot_after(
     wasm: &[u8],
     compile: impl FnOnce(&[u8]) -> Result<CompiledModule, LoadError>,
     operation: &str,
     payload: &[u8],
     limits: Limits,
+    host: Arc<dyn HostCalls>,
 ) -> Result<Vec<u8>, LoadError> {
     let fail = |detail: String| LoadError::Snapshot(detail);
     let wizer = Wizer::new();
@@ -32,7 +37,7 @@ pub(super) async fn snapshot_after(
     let (context, instrumented) = wizer.instrument(wasm).map_err(|e| fail(format!("{e:#}")))?;
     let module = compile(&instrumented)?;
     let (mut store, instance) = module
-        .call_and_keep(operation, payload, limits)
+        .call_and_keep(operation, payload, limits, host)
         .await
         .map_err(|e| fail(format!("{operation}: {e}")))?;
     wizer

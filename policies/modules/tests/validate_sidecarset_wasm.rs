@@ -14,9 +14,7 @@ use guest::{Guest, validation_request};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kruise_policy_modules::{VALIDATE_SIDECARSET, fixtures};
-use kruise_policy_support::cluster::{
-    Cluster, KruiseConfiguration, ListedSidecarSets, found, read_sidecar_sets,
-};
+use kruise_policy_support::cluster::{Cluster, KruiseConfiguration, found};
 use serde_json::{Value, json};
 
 fn sidecar_set(name: &str, container: &str) -> Value {
@@ -95,8 +93,8 @@ impl Stored {
 }
 
 impl Cluster for Stored {
-    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
-        read_sidecar_sets(&serde_json::to_vec(&self.list()).map_err(|e| e.to_string())?)
+    fn sidecar_sets_answer(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(&self.list()).map_err(|e| e.to_string())
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
         Err(format!("unexpected read of namespace {namespace}"))

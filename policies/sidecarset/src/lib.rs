@@ -8,13 +8,13 @@ mod settings;
 /// validating policy.
 pub use kruise_policy_support::cluster;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
+use kruise_policy_support::cluster::read_sidecar_sets;
 use kruise_policy_support::{
     Answer, Outcome, pod_to_create, read_request_with_settings_text, read_settings,
 };
@@ -35,14 +35,57 @@ pub struct Environment<'a, C: Cluster> {
     pub cluster: &'a C,
 }
 
-/// What a module instance keeps between calls: the last settings it read.
-/// Kubewarden sends the settings with every request, and both hosts give
-/// every request a fresh instance; but our host starts those instances
-/// from a snapshot taken after `validate_settings`, so with it the inline
-/// SidecarSets are prepared once per policy, not once per pod.
+/// What a module instance keeps between calls: the last settings it read,
+/// and the last list of the cluster's SidecarSets. Kubewarden sends the
+/// settings with every request, and the guest lists the SidecarSets for
+/// every pod; our host gives every request a fresh instance, but starts it
+/// from a snapshot taken after `validate_settings` (or, reading the
+/// cluster, after [`Instance::read_cluster`]), so with it SidecarSets are
+/// read and prepared once per policy or per change of the list, not once
+/// per pod.
 #[derive(Debug, Default)]
 pub struct Instance {
     kept: Option<ReadSettings>,
+    listed: Option<ReadListing>,
+}
+
+/// The cluster's SidecarSets as read from one `List` answer, prepared.
+/// The answer's text is the key: a request whose list answer is that text
+/// uses them as they are. Any change (a SidecarSet's status included)
+/// changes the text, so what is kept is never staler than the answer.
+#[derive(Debug)]
+struct ReadListing {
+    answer: Vec<u8>,
+    sidecar_sets: Vec<SidecarSet>,
+    /// Why each SidecarSet that could not be read was left out.
+    unreadable: Vec<String>,
+}
+
+impl ReadListing {
+    fn read(answer: Vec<u8>) -> Result<Self, String> {
+        let listed = read_sidecar_sets(&answer)?;
+        Ok(Self {
+            sidecar_sets: listed.readable.into_iter().map(prepare).collect(),
+            unreadable: listed.unreadable,
+            answer,
+        })
+    }
+}
+
+/// The SidecarSets of `answer`: the kept ones when it is the same text,
+/// else read anew and kept. An answer that is no List is refused and
+/// leaves the kept ones as they were.
+fn listing_of(kept: &mut Option<ReadListing>, answer: Vec<u8>) -> Result<&ReadListing, String> {
+    match kept.take() {
+        Some(listing) if listing.answer == answer => Ok(kept.insert(listing)),
+        listing => match ReadListing::read(answer) {
+            Ok(read) => Ok(kept.insert(read)),
+            Err(message) => {
+                *kept = listing;
+                Err(message)
+            }
+        },
+    }
 }
 
 /// Settings as read from one JSON text, with their inline SidecarSets read
@@ -80,8 +123,14 @@ impl Instance {
         environment: &Environment<'_, C>,
     ) -> Result<Vec<u8>, String> {
         let answer = match read_request_with_settings_text(payload) {
-            Ok(request) => match self.read_settings(request.settings.get()) {
-                Ok(read) => evaluate_read(&request.request, read, environment),
+            Ok(request) => match keep_settings(&mut self.kept, request.settings.get()) {
+                Ok(read) => evaluate_prepared(
+                    &request.request,
+                    &read.settings,
+                    read.inline(),
+                    &mut self.listed,
+                    environment,
+                ),
                 Err(e) => {
                     Outcome::bad_request(format!("cannot read the validation request: {e}")).into()
                 }
@@ -98,7 +147,7 @@ impl Instance {
     pub fn validate_settings(&mut self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let verdict = std::str::from_utf8(payload)
             .map_err(|e| format!("invalid settings: {e}"))
-            .and_then(|text| self.read_settings(text))
+            .and_then(|text| keep_settings(&mut self.kept, text))
             .and_then(|read| read.settings.validate(read.inline()));
         let response = match verdict {
             Ok(()) => serde_json::json!({ "valid": true, "message": null }),
@@ -107,20 +156,42 @@ impl Instance {
         serde_json::to_vec(&response).map_err(|e| e.to_string())
     }
 
-    /// The settings of `text`: the kept ones when the text is the same,
-    /// else read anew and kept. Text that cannot be read is refused and
-    /// leaves the kept settings as they were.
-    fn read_settings(&mut self, text: &str) -> Result<&ReadSettings, String> {
-        match self.kept.take() {
-            Some(kept) if kept.text == text => Ok(self.kept.insert(kept)),
-            kept => match ReadSettings::read(text) {
-                Ok(read) => Ok(self.kept.insert(read)),
-                Err(message) => {
-                    self.kept = kept;
-                    Err(message)
-                }
-            },
+    /// The [`READ_CLUSTER`](kruise_policy_support::READ_CLUSTER)
+    /// operation: `validate_settings`, then, when the settings give no
+    /// SidecarSets, the cluster's listed and kept as a pod's request would
+    /// list them. A host that snapshots the instance after it starts every
+    /// evaluation with them prepared, for as long as the list answers the
+    /// same text. A failed list keeps nothing: each request lists again.
+    pub fn read_cluster<C: Cluster>(
+        &mut self,
+        payload: &[u8],
+        cluster: &C,
+    ) -> Result<Vec<u8>, String> {
+        let verdict = self.validate_settings(payload)?;
+        let reads_cluster = self.kept.as_ref().is_some_and(|read| read.inline.is_none());
+        if reads_cluster && let Ok(answer) = cluster.sidecar_sets_answer() {
+            let _ = listing_of(&mut self.listed, answer);
         }
+        Ok(verdict)
+    }
+}
+
+/// The settings of `text`: the kept ones when the text is the same, else
+/// read anew and kept. Text that cannot be read is refused and leaves the
+/// kept settings as they were.
+fn keep_settings<'a>(
+    kept: &'a mut Option<ReadSettings>,
+    text: &str,
+) -> Result<&'a ReadSettings, String> {
+    match kept.take() {
+        Some(read) if read.text == text => Ok(kept.insert(read)),
+        read => match ReadSettings::read(text) {
+            Ok(fresh) => Ok(kept.insert(fresh)),
+            Err(message) => {
+                *kept = read;
+                Err(message)
+            }
+        },
     }
 }
 
@@ -137,21 +208,14 @@ pub fn evaluate<C: Cluster>(
     let inline = inline
         .as_ref()
         .map(|read| read.as_deref().map_err(String::as_str));
-    evaluate_prepared(request, settings, inline, environment)
-}
-
-fn evaluate_read<C: Cluster>(
-    request: &KubernetesAdmissionRequest,
-    read: &ReadSettings,
-    environment: &Environment<'_, C>,
-) -> Answer {
-    evaluate_prepared(request, &read.settings, read.inline(), environment)
+    evaluate_prepared(request, settings, inline, &mut None, environment)
 }
 
 fn evaluate_prepared<C: Cluster>(
     request: &KubernetesAdmissionRequest,
     settings: &Settings,
     inline: Option<Result<&[SidecarSet], &str>>,
+    listed: &mut Option<ReadListing>,
     environment: &Environment<'_, C>,
 ) -> Answer {
     let pod = match pod_to_create(request) {
@@ -166,7 +230,8 @@ fn evaluate_prepared<C: Cluster>(
         .filter(|n| !n.is_empty())
         .or_else(|| Some(request.namespace.clone()).filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "default".to_owned());
-    let state = match ClusterState::read(settings, inline, &namespace, environment.cluster) {
+    let state = match ClusterState::read(settings, inline, listed, &namespace, environment.cluster)
+    {
         Ok(state) => state,
         Err(message) => {
             return Outcome::Reject { message, code: 500 }.into();
@@ -190,7 +255,7 @@ fn inject_pod<C: Cluster>(
     environment: &Environment<'_, C>,
 ) -> Outcome {
     let context = InjectionContext {
-        sidecar_sets: &state.sidecar_sets,
+        sidecar_sets: state.sidecar_sets,
         namespace_labels: state.namespace_labels.as_ref(),
         request_namespace: Some(&request.namespace)
             .filter(|n| !n.is_empty())
@@ -211,34 +276,37 @@ fn inject_pod<C: Cluster>(
 
 /// What injection reads: from the settings, or from the cluster.
 struct ClusterState<'a> {
-    sidecar_sets: Cow<'a, [SidecarSet]>,
+    sidecar_sets: &'a [SidecarSet],
     /// Why each SidecarSet of the cluster that could not be read was left out.
-    unreadable: Vec<String>,
+    unreadable: &'a [String],
     namespace_labels: Option<BTreeMap<String, String>>,
     revisions: Vec<ControllerRevision>,
 }
 
 impl<'a> ClusterState<'a> {
+    /// The inline SidecarSets if any, else the cluster's, through the
+    /// instance's `listed`.
     fn read<C: Cluster>(
         settings: &Settings,
         inline: Option<Result<&'a [SidecarSet], &str>>,
+        listed: &'a mut Option<ReadListing>,
         namespace: &str,
         cluster: &C,
     ) -> Result<Self, String> {
         if let Some(inline) = inline {
             return Ok(Self {
-                sidecar_sets: Cow::Borrowed(inline.map_err(str::to_owned)?),
+                sidecar_sets: inline.map_err(str::to_owned)?,
                 namespace_labels: settings
                     .namespace_labels
                     .as_ref()
                     .and_then(|labels| labels.get(namespace))
                     .cloned(),
                 revisions: Vec::new(),
-                unreadable: Vec::new(),
+                unreadable: &[],
             });
         }
-        let listed = cluster.sidecar_sets()?;
-        let sidecar_sets: Vec<SidecarSet> = listed.readable.into_iter().map(prepare).collect();
+        let listed = listing_of(listed, cluster.sidecar_sets_answer()?)?;
+        let sidecar_sets = &listed.sidecar_sets;
         let needs_namespace = sidecar_sets
             .iter()
             .any(|s| s.spec.namespace_selector.is_some());
@@ -248,7 +316,7 @@ impl<'a> ClusterState<'a> {
             None
         };
         let mut revisions = Vec::new();
-        for sidecar_set in &sidecar_sets {
+        for sidecar_set in sidecar_sets {
             let wants_revision = sidecar_set
                 .spec
                 .injection_strategy
@@ -259,8 +327,8 @@ impl<'a> ClusterState<'a> {
             }
         }
         Ok(Self {
-            sidecar_sets: Cow::Owned(sidecar_sets),
-            unreadable: listed.unreadable,
+            sidecar_sets,
+            unreadable: &listed.unreadable,
             namespace_labels,
             revisions,
         })
@@ -282,10 +350,15 @@ mod guest {
     kruise_policy_support::export_policy!(
         validate: validate,
         validate_settings: validate_settings,
+        read_cluster: read_cluster,
     );
 
     fn validate_settings(payload: &[u8]) -> Result<Vec<u8>, String> {
         INSTANCE.with_borrow_mut(|instance| instance.validate_settings(payload))
+    }
+
+    fn read_cluster(payload: &[u8]) -> Result<Vec<u8>, String> {
+        INSTANCE.with_borrow_mut(|instance| instance.read_cluster(payload, &HOST_CLUSTER))
     }
 
     fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
@@ -303,6 +376,9 @@ mod guest {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::apps::v1::ControllerRevision;
     use serde_json::json;
 
     use super::Instance;
@@ -356,6 +432,97 @@ mod tests {
         assert!(message.contains("sidecarSetz"), "{message}");
         assert_eq!(instance.kept.as_ref().unwrap().text, selecting);
         assert_eq!(answer(&mut instance, &selecting), reused);
+    }
+
+    /// A cluster whose SidecarSet list answer the test sets.
+    struct Listing(std::cell::RefCell<Vec<u8>>);
+
+    impl crate::Cluster for Listing {
+        fn sidecar_sets_answer(&self) -> Result<Vec<u8>, String> {
+            Ok(self.0.borrow().clone())
+        }
+        fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
+            Err(format!("unexpected read of namespace {namespace}"))
+        }
+        fn sidecar_set_revisions(&self, _: &str) -> Result<Vec<ControllerRevision>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn list_of_one(image: &str) -> Vec<u8> {
+        let sidecar_set = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": "s", "uid": "u1", "generation": 1},
+            "spec": {"selector": {"matchLabels": {"app": "a"}},
+                     "containers": [{"name": "c", "image": image}]}});
+        serde_json::to_vec(&json!({"apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "SidecarSetList", "items": [sidecar_set]}))
+        .unwrap()
+    }
+
+    /// `read_cluster` keeps the listed SidecarSets prepared; a request
+    /// whose list answer is the same text uses them without reading them
+    /// again and answers as a fresh instance would; a changed answer is
+    /// read anew; an answer that is no List is refused, keeping them.
+    #[test]
+    fn listed_sidecarsets_are_kept_while_the_list_answers_the_same_text() {
+        let cluster = Listing(list_of_one("busybox:1").into());
+        let environment = crate::Environment {
+            now: "2026-12-04T00:00:00Z",
+            random_draw: Some(0.5),
+            cluster: &cluster,
+        };
+        let payload = br#"{"request": {"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "p", "labels": {"app": "a"}},
+                       "spec": {"containers": [{"name": "main", "image": "x"}]}}},
+            "settings": {}}"#;
+        let answer = |instance: &mut Instance| {
+            let answer = instance.respond(payload, &environment).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&answer).unwrap()
+        };
+        let sidecar_image = |answer: &serde_json::Value| {
+            answer["mutated_object"]["spec"]["containers"][0]["image"].clone()
+        };
+        let kept = |instance: &Instance| {
+            let listed = instance.listed.as_ref().unwrap();
+            (listed.answer.clone(), listed.sidecar_sets.as_ptr())
+        };
+
+        let mut instance = Instance::default();
+        let verdict = instance.read_cluster(b"{}", &cluster).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&verdict).unwrap(),
+            json!({"valid": true, "message": null})
+        );
+        let read = kept(&instance);
+        assert_eq!(read.0, list_of_one("busybox:1"));
+        let reused = answer(&mut instance);
+        assert_eq!(kept(&instance), read, "read again");
+        assert_eq!(reused, answer(&mut Instance::default()));
+        assert_eq!(sidecar_image(&reused), "busybox:1", "{reused}");
+
+        *cluster.0.borrow_mut() = list_of_one("busybox:2");
+        let changed = answer(&mut instance);
+        assert_eq!(sidecar_image(&changed), "busybox:2", "{changed}");
+        assert_eq!(kept(&instance).0, list_of_one("busybox:2"));
+
+        *cluster.0.borrow_mut() = b"{}".to_vec();
+        let not_a_list = answer(&mut instance);
+        let message = not_a_list["message"].as_str().unwrap();
+        assert!(message.contains("not a Kubernetes List"), "{not_a_list}");
+        assert_eq!(kept(&instance).0, list_of_one("busybox:2"));
+    }
+
+    /// With inline SidecarSets, `read_cluster` reads no cluster.
+    #[test]
+    fn read_cluster_with_inline_sidecarsets_lists_nothing() {
+        let mut instance = Instance::default();
+        instance
+            .read_cluster(SIDECAR_SET.as_bytes(), &crate::NoCluster)
+            .unwrap();
+        assert!(instance.kept.is_some());
+        assert!(instance.listed.is_none());
     }
 
     /// What a host snapshots after `validate_settings` must hold the

@@ -7,10 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kruise_policy_sidecarset::cluster::{read_sidecar_sets, requests};
-use kruise_policy_sidecarset::{
-    Cluster, Environment, Instance, ListedSidecarSets, NoCluster, Settings, evaluate,
-};
+use kruise_policy_sidecarset::cluster::requests;
+use kruise_policy_sidecarset::{Cluster, Environment, Instance, NoCluster, Settings, evaluate};
 use kruise_policy_support::Outcome;
 use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 use serde_json::{Value, json};
@@ -166,10 +164,10 @@ struct FixtureCluster {
 }
 
 impl Cluster for FixtureCluster {
-    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
+    fn sidecar_sets_answer(&self) -> Result<Vec<u8>, String> {
         self.asked.borrow_mut().push("sidecarsets".into());
         let list = json!({"apiVersion": "v1", "kind": "List", "items": self.sidecar_sets});
-        read_sidecar_sets(&serde_json::to_vec(&list).map_err(|e| e.to_string())?)
+        serde_json::to_vec(&list).map_err(|e| e.to_string())
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
         self.asked

@@ -16,6 +16,8 @@ pub const KRUISE_NAMESPACE: &str = "kruise-system";
 /// OpenKruise's configuration ConfigMap there.
 pub const KRUISE_CONFIGURATION: &str = "kruise-configuration";
 const SIDECARSET_NAME_LABEL: &str = "kruise.io/sidecarset-name";
+/// The host call that lists a kind in every namespace.
+const LIST_ALL: &str = "list_resources_all";
 
 /// The SidecarSets of the cluster: those that could be read, and a message
 /// for each that could not (stored before a validating webhook existed, or
@@ -33,8 +35,9 @@ pub struct ListedSidecarSets {
 /// straight into a SidecarSet, with no parsed document in between (nor a
 /// copy of one); docs/benchmarks.md has what that saved.
 pub fn read_sidecar_sets(answer: &[u8]) -> Result<ListedSidecarSets, String> {
-    let list: ListAnswer<'_> = serde_json::from_slice(answer)
-        .map_err(|e| format!("the host's answer is not a Kubernetes List: {e}"))?;
+    let list: ListAnswer<'_> = serde_json::from_slice(answer).map_err(|e| {
+        format!("kubernetes/{LIST_ALL}: the host's answer is not a Kubernetes List: {e}")
+    })?;
     let mut listed = ListedSidecarSets::default();
     for item in list.items {
         match stored_object_from_json(item.get()) {
@@ -65,7 +68,12 @@ fn item_name(item: &RawValue) -> String {
 
 /// The cluster state injection reads.
 pub trait Cluster {
-    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String>;
+    /// The host's `List` answer of the cluster's SidecarSets, as sent.
+    fn sidecar_sets_answer(&self) -> Result<Vec<u8>, String>;
+    /// The SidecarSets of [`Cluster::sidecar_sets_answer`], read.
+    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
+        read_sidecar_sets(&self.sidecar_sets_answer()?)
+    }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String>;
     fn sidecar_set_revisions(&self, sidecar_set: &str) -> Result<Vec<ControllerRevision>, String>;
 }
@@ -75,7 +83,7 @@ pub trait Cluster {
 pub struct NoCluster;
 
 impl Cluster for NoCluster {
-    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
+    fn sidecar_sets_answer(&self) -> Result<Vec<u8>, String> {
         Err("no sidecarSets in the settings and no cluster to read them from".to_owned())
     }
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
@@ -217,10 +225,8 @@ impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> HostCalls<F> {
 }
 
 impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> Cluster for HostCalls<F> {
-    fn sidecar_sets(&self) -> Result<ListedSidecarSets, String> {
-        let operation = "list_resources_all";
-        let answer = self.call_for_bytes(operation, &requests::list_sidecar_sets())?;
-        read_sidecar_sets(&answer).map_err(|e| format!("kubernetes/{operation}: {e}"))
+    fn sidecar_sets_answer(&self) -> Result<Vec<u8>, String> {
+        self.call_for_bytes(LIST_ALL, &requests::list_sidecar_sets())
     }
 
     fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {

@@ -23,7 +23,8 @@ pub use kubewarden_policy_sdk;
 /// A policy that reads the cluster names its
 /// `fn(&[u8], &impl ...) -> Result<Vec<u8>, String>` as
 /// `validate_reading_cluster`: it is called with the host's cluster
-/// ([`cluster::HOST_CLUSTER`]).
+/// ([`cluster::HOST_CLUSTER`]). One may also register [`READ_CLUSTER`]
+/// (`read_cluster: path` after `validate_settings`).
 #[macro_export]
 macro_rules! export_policy {
     (validate_reading_cluster: $validate:path, validate_settings: $validate_settings:path $(,)?) => {
@@ -36,7 +37,11 @@ macro_rules! export_policy {
             validate_settings: $validate_settings,
         );
     };
-    (validate: $validate:path, validate_settings: $validate_settings:path $(,)?) => {
+    (
+        validate: $validate:path,
+        validate_settings: $validate_settings:path
+        $(, read_cluster: $read_cluster:path)? $(,)?
+    ) => {
         /// The host calls this export to let the guest register its operations.
         #[cfg(target_arch = "wasm32")]
         #[allow(unsafe_code)] // exporting an unmangled symbol is what waPC asks for
@@ -51,9 +56,16 @@ macro_rules! export_policy {
                 "protocol_version",
                 $crate::kubewarden_policy_sdk::protocol_version_guest,
             );
+            $(register_function($crate::READ_CLUSTER, |payload| Ok($read_cluster(payload)?));)?
         }
     };
 }
+
+/// The waPC operation our host snapshots a cluster-reading module after
+/// (`io.kruise-wasm/snapshot-after-read-cluster`; policy-server never calls
+/// it): `validate_settings` with the settings as payload, then the cluster
+/// reads every evaluation starts with, kept by the instance.
+pub const READ_CLUSTER: &str = "read_cluster";
 
 /// The largest request a policy reads. etcd keeps objects under 1.5 MiB; a
 /// request carries at most the object and its old version, plus settings.
