@@ -15,6 +15,7 @@ use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, setti
 use kruise_wasm_host::bench;
 use kruise_wasm_host::capabilities::{Grants, PolicyHost};
 use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads};
+use kruise_wasm_host::cluster_snapshot::Timing;
 use kruise_wasm_host::inject::{
     Injector, labels_from_text, namespace_of, sidecar_sets_from_yaml, sidecarset_settings,
 };
@@ -119,6 +120,13 @@ struct ServeArgs {
     /// upgrade there without a gap).
     #[arg(long)]
     reuse_port: bool,
+    /// Evaluate a policy that reads the cluster, when its module asks for
+    /// it (the sidecarset module does), from a snapshot taken after it
+    /// read the cluster, taken again when what it read changes. Faster in
+    /// cluster mode; each snapshot compiles the module again, which needs
+    /// memory headroom (host/README.md).
+    #[arg(long)]
+    cluster_snapshots: bool,
     /// Server threads, which run the connections and the guests (default:
     /// the number of CPUs); four evaluations per thread may be under way.
     #[arg(long)]
@@ -379,7 +387,8 @@ fn serve(args: &ServeArgs) -> Result<String, String> {
         chains: args.chains.as_deref(),
         always_accept_namespace: args.always_accept_admission_reviews_on_namespace.as_deref(),
     };
-    let (running, count) = serve::start(&runtime, files, cluster, timeout, &config)?;
+    let snapshots = args.cluster_snapshots.then(Timing::default);
+    let (running, count) = serve::start(&runtime, files, cluster, timeout, &config, snapshots)?;
     eprintln!(
         "serving {count} policies on {}://{} (readiness on http://{}/readiness)",
         if config.tls.is_some() {

@@ -182,23 +182,17 @@ mod tests {
         assert!(metadata(&format!(r#"{{"{key}":"true"}}"#)).snapshot_after_validate_settings());
         assert!(!metadata(&format!(r#"{{"{key}":"false"}}"#)).snapshot_after_validate_settings());
         assert!(!metadata("{}").snapshot_after_validate_settings());
-        let ours = |module: &kruise_policy_modules::PolicyModule| {
-            Metadata::of(module.wasm)
-                .unwrap()
-                .snapshot_after_validate_settings()
-        };
-        assert!(ours(&kruise_policy_modules::SIDECARSET));
-        assert!(!ours(&kruise_policy_modules::LAUNCH_PRIORITY));
         let key = SNAPSHOT_AFTER_READ_CLUSTER;
         assert!(metadata(&format!(r#"{{"{key}":"true"}}"#)).snapshot_after_read_cluster());
         assert!(!metadata("{}").snapshot_after_read_cluster());
-        let reads = |module: &kruise_policy_modules::PolicyModule| {
-            Metadata::of(module.wasm)
-                .unwrap()
-                .snapshot_after_read_cluster()
-        };
-        assert!(reads(&kruise_policy_modules::SIDECARSET));
-        assert!(!reads(&kruise_policy_modules::VALIDATE_SIDECARSET));
+        let ours =
+            |module: &kruise_policy_modules::PolicyModule| Metadata::of(module.wasm).unwrap();
+        let sidecarset = ours(&kruise_policy_modules::SIDECARSET);
+        assert!(sidecarset.snapshot_after_validate_settings());
+        assert!(sidecarset.snapshot_after_read_cluster());
+        let launch_priority = ours(&kruise_policy_modules::LAUNCH_PRIORITY);
+        assert!(!launch_priority.snapshot_after_validate_settings());
+        assert!(!launch_priority.snapshot_after_read_cluster());
     }
 
     #[test]

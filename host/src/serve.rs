@@ -40,13 +40,18 @@ pub struct ServeFiles<'a> {
 
 /// Loads everything (a bad policy, settings or chain stops here with a
 /// message naming it) and starts serving. Returns the server and the
-/// number of policies.
+/// number of policies. With `cluster_snapshots`, a policy whose module
+/// asks for it is evaluated from a snapshot of its cluster reads, kept
+/// fresh with that timing (`cluster_snapshot`); each snapshot compiles the
+/// module again, which needs memory headroom (the installed host, limited
+/// to 512 MiB, was killed for it while serving).
 pub fn start(
     runtime: &Runtime,
     files: ServeFiles<'_>,
     cluster: ClusterSource<'_>,
     default_timeout: Option<Duration>,
     config: &ServerConfig,
+    cluster_snapshots: Option<Timing>,
 ) -> Result<(RunningServer, usize), String> {
     let cluster = connect(files.policies, cluster)?;
     let policies =
@@ -57,13 +62,15 @@ pub fn start(
         .into_iter()
         .map(|(id, policy)| (id, Arc::new(policy)))
         .collect();
-    for policy in policies.values() {
-        cluster_snapshot::keep_fresh(policy, Timing::default()).map_err(|e| {
-            format!(
-                "policy `{}`: cannot start its snapshot thread: {e}",
-                policy.id
-            )
-        })?;
+    if let Some(timing) = cluster_snapshots {
+        for policy in policies.values() {
+            cluster_snapshot::keep_fresh(policy, timing).map_err(|e| {
+                format!(
+                    "policy `{}`: cannot start its snapshot thread: {e}",
+                    policy.id
+                )
+            })?;
+        }
     }
     let chains = match files.chains {
         Some(path) => chains_file::parse(&read_text(path)?, &policies)

@@ -10,16 +10,19 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::runtime;
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings};
 use kruise_wasm_host::capabilities::{Grants, PolicyHost};
 use kruise_wasm_host::cluster_fixtures::{ClusterFixtures, ClusterReads, GetRequest, ListRequest};
-use kruise_wasm_host::cluster_snapshot::Observation;
+use kruise_wasm_host::cluster_snapshot::{Observation, Timing, keep_fresh};
 use kruise_wasm_host::metadata::Metadata;
 use kruise_wasm_host::policy::{Policy, load_module};
-use kruise_wasm_host::runtime::{DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on};
+use kruise_wasm_host::runtime::{
+    DEFAULT_TIMEOUT, HostCalls, Limits, LoadError, NoHostCalls, block_on,
+};
 use serde_json::json;
 
 /// A waPC guest that counts its calls in a global and in memory:
@@ -246,6 +249,21 @@ impl ClusterReads for Replaceable {
     }
 }
 
+/// The sidecarset policy without settings (reading the cluster through
+/// `host`), from the module's own initial state.
+fn sidecarset_policy(host: Arc<dyn HostCalls>) -> Policy {
+    Policy::new(
+        "sidecarset",
+        runtime()
+            .load(kruise_policy_modules::SIDECARSET.wasm)
+            .unwrap(),
+        &Settings::new(),
+        Enforcement::kwctl_run("sidecarset"),
+        limits(),
+        host,
+    )
+}
+
 /// The sidecar image `policy` injects into a pod of the SidecarSet.
 fn injected_image(policy: &Policy) -> String {
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
@@ -273,7 +291,8 @@ fn injected_image(policy: &Policy) -> String {
 }
 
 /// A policy that reads the cluster's SidecarSets evaluates from a snapshot
-/// taken after `read_cluster` once its caches have filled; the snapshot
+/// taken after `read_cluster` once its caches have filled (by the thread
+/// the server starts, `keep_fresh`); the snapshot
 /// is fresh while the reads it made answer the same. When the SidecarSet
 /// changes, evaluations from the stale snapshot read the new one (a stale
 /// snapshot costs a read, not a wrong answer), and a new snapshot holds it.
@@ -292,27 +311,29 @@ fn a_cluster_snapshot_is_fresh_until_its_reads_answer_otherwise() {
         },
         cluster: Some(Arc::clone(&cluster) as Arc<dyn ClusterReads>),
     };
-    let policy = Policy::new(
-        "sidecarset",
-        runtime().load(wasm).unwrap(),
-        &Settings::new(),
-        Enforcement::kwctl_run("sidecarset"),
-        limits(),
-        Arc::new(host),
-    )
-    .with_cluster_reads(cluster.clone(), metadata.context_aware_resources)
-    .with_cluster_snapshot(runtime(), wasm);
+    let policy = sidecarset_policy(Arc::new(host))
+        .with_cluster_reads(cluster.clone(), metadata.context_aware_resources)
+        .with_cluster_snapshot(runtime(), wasm);
     assert_eq!(
         policy.observe_cluster_snapshot(),
         Some((Observation::NotTaken, true))
     );
     assert_eq!(injected_image(&policy), "sidecar:1", "from the module");
 
-    policy.take_cluster_snapshot().unwrap();
-    assert_eq!(
-        policy.observe_cluster_snapshot(),
-        Some((Observation::Fresh, true))
-    );
+    // The server's thread takes the first one as soon as it can; this one
+    // never takes another within the test.
+    let policy = Arc::new(policy);
+    let once = Timing {
+        check_every: Duration::from_millis(50),
+        settle: Duration::from_hours(1),
+        min_interval: Duration::from_hours(1),
+    };
+    keep_fresh(&policy, once).unwrap();
+    let deadline = Instant::now() + Duration::from_mins(10);
+    while policy.observe_cluster_snapshot() != Some((Observation::Fresh, true)) {
+        assert!(Instant::now() < deadline, "no snapshot taken");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(injected_image(&policy), "sidecar:1", "from the snapshot");
 
     *cluster.0.lock().unwrap() = Replaceable::with_sidecar_image("sidecar:2");
@@ -342,15 +363,7 @@ fn a_cluster_snapshot_is_fresh_until_its_reads_answer_otherwise() {
 #[test]
 fn only_a_policy_that_reads_the_cluster_takes_cluster_snapshots() {
     let wasm = kruise_policy_modules::SIDECARSET.wasm;
-    let policy = Policy::new(
-        "sidecarset",
-        runtime().load(wasm).unwrap(),
-        &Settings::new(),
-        Enforcement::kwctl_run("sidecarset"),
-        limits(),
-        Arc::new(NoHostCalls),
-    )
-    .with_cluster_snapshot(runtime(), wasm);
+    let policy = sidecarset_policy(Arc::new(NoHostCalls)).with_cluster_snapshot(runtime(), wasm);
     assert!(!policy.takes_cluster_snapshots());
     assert_eq!(policy.observe_cluster_snapshot(), None);
     assert!(policy.take_cluster_snapshot().is_err());

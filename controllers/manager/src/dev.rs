@@ -249,6 +249,7 @@ fn start_host(
         cluster,
         Some(Duration::from_secs(2)),
         &config,
+        None,
     )?;
     Ok((runtime, server))
 }

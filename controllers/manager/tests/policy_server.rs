@@ -287,7 +287,7 @@ async fn our_plain_host(env: &DevEnvironment) -> (Runtime, RunningServer) {
             always_accept_namespace: None,
         };
         let cluster = ClusterSource::Live(Credentials::Kubeconfig(&kubeconfig));
-        let (server, _) = serve::start(&runtime, files, cluster, None, &config).unwrap();
+        let (server, _) = serve::start(&runtime, files, cluster, None, &config, None).unwrap();
         (runtime, server)
     })
     .await
