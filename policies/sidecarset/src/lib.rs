@@ -75,13 +75,30 @@ impl ReadListing {
 /// The SidecarSets of `answer`: the kept ones when it is the same text,
 /// else read anew and kept. An answer that is no List is refused and
 /// leaves the kept ones as they were.
-fn listing_of(kept: &mut Option<ReadListing>, answer: Vec<u8>) -> Result<&ReadListing, String> {
+fn listing_of<'a>(
+    kept: &'a mut Option<ReadListing>,
+    answer: &[u8],
+) -> Result<&'a ReadListing, String> {
+    kept_or_read(
+        kept,
+        |listing| listing.answer == answer,
+        || ReadListing::read(answer.to_vec()),
+    )
+}
+
+/// What `kept` holds when `same` says it came from the same text, else
+/// what `read` reads, kept in its place; a failed read keeps the old.
+fn kept_or_read<T>(
+    kept: &mut Option<T>,
+    same: impl FnOnce(&T) -> bool,
+    read: impl FnOnce() -> Result<T, String>,
+) -> Result<&T, String> {
     match kept.take() {
-        Some(listing) if listing.answer == answer => Ok(kept.insert(listing)),
-        listing => match ReadListing::read(answer) {
-            Ok(read) => Ok(kept.insert(read)),
+        Some(old) if same(&old) => Ok(kept.insert(old)),
+        old => match read() {
+            Ok(fresh) => Ok(kept.insert(fresh)),
             Err(message) => {
-                *kept = listing;
+                *kept = old;
                 Err(message)
             }
         },
@@ -170,7 +187,7 @@ impl Instance {
         let verdict = self.validate_settings(payload)?;
         let reads_cluster = self.kept.as_ref().is_some_and(|read| read.inline.is_none());
         if reads_cluster && let Ok(answer) = cluster.sidecar_sets_answer() {
-            let _ = listing_of(&mut self.listed, answer);
+            let _ = listing_of(&mut self.listed, &answer);
         }
         Ok(verdict)
     }
@@ -183,16 +200,7 @@ fn keep_settings<'a>(
     kept: &'a mut Option<ReadSettings>,
     text: &str,
 ) -> Result<&'a ReadSettings, String> {
-    match kept.take() {
-        Some(read) if read.text == text => Ok(kept.insert(read)),
-        read => match ReadSettings::read(text) {
-            Ok(fresh) => Ok(kept.insert(fresh)),
-            Err(message) => {
-                *kept = read;
-                Err(message)
-            }
-        },
-    }
+    kept_or_read(kept, |read| read.text == text, || ReadSettings::read(text))
 }
 
 /// The decision for one admission request under `settings`, read afresh
@@ -305,7 +313,7 @@ impl<'a> ClusterState<'a> {
                 unreadable: &[],
             });
         }
-        let listed = listing_of(listed, cluster.sidecar_sets_answer()?)?;
+        let listed = listing_of(listed, &cluster.sidecar_sets_answer()?)?;
         let sidecar_sets = &listed.sidecar_sets;
         let needs_namespace = sidecar_sets
             .iter()
