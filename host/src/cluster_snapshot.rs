@@ -84,7 +84,7 @@ impl ClusterSnapshot {
             .map_err(|e| e.to_string())?;
         let reads = std::mem::take(&mut *lock(&recorder.reads));
         let reads = reads.into_iter().collect::<Result<Vec<_>, _>>()?;
-        *lock(&self.held) = Some(HeldReads(reads));
+        *lock(&self.held) = Some(HeldReads::new(reads));
         Ok(module)
     }
 
@@ -94,7 +94,7 @@ impl ClusterSnapshot {
             None => Observation::NotTaken,
             Some(held) => {
                 let now = held.answers_now(host);
-                if now == held.answers() {
+                if now == held.answers {
                     Observation::Fresh
                 } else {
                     Observation::Stale(now)
@@ -116,18 +116,23 @@ struct Read {
     answer: Result<Vec<u8>, String>,
 }
 
-/// The reads of one snapshot's run, in order.
+/// The reads of one snapshot's run, in order, and the digest of their
+/// answers then.
 #[derive(Debug)]
-struct HeldReads(Vec<Read>);
+struct HeldReads {
+    reads: Vec<Read>,
+    answers: Digest,
+}
 
 impl HeldReads {
-    fn answers(&self) -> Digest {
-        digest(self.0.iter().map(|read| &read.answer))
+    fn new(reads: Vec<Read>) -> Self {
+        let answers = digest(reads.iter().map(|read| &read.answer));
+        Self { reads, answers }
     }
 
     fn answers_now(&self, host: &dyn HostCalls) -> Digest {
         let now: Vec<_> = self
-            .0
+            .reads
             .iter()
             .map(|read| host.host_call(KUBEWARDEN, KUBERNETES, &read.operation, &read.payload))
             .collect();
@@ -359,11 +364,11 @@ mod tests {
                 .is_ok()
         );
         let reads: Vec<_> = std::mem::take(&mut *recorder.reads.lock().unwrap());
-        let held = HeldReads(reads.into_iter().collect::<Result<_, _>>().unwrap());
-        assert_eq!(held.0.len(), 2);
-        assert_eq!(held.answers_now(&*echo), held.answers());
+        let held = HeldReads::new(reads.into_iter().collect::<Result<_, _>>().unwrap());
+        assert_eq!(held.reads.len(), 2);
+        assert_eq!(held.answers_now(&*echo), held.answers);
         *echo.0.lock().unwrap() = 1;
-        assert_ne!(held.answers_now(&*echo), held.answers());
+        assert_ne!(held.answers_now(&*echo), held.answers);
 
         let recorder = recording(&echo);
         let _ = recorder.host_call("kubewarden", "kubernetes", "can_i", b"{}");

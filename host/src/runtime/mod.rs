@@ -76,22 +76,19 @@ impl Runtime {
         &self.config
     }
 
-    /// The module for these bytes, compiled on first sight. Compiling is
-    /// done outside the lock: two different modules compile in parallel.
+    /// The module for these bytes, compiled on first sight.
     pub fn load(&self, wasm: &[u8]) -> Result<Arc<CompiledModule>, LoadError> {
         let digest: Digest = Sha256::digest(wasm).into();
-        if let Some(module) = self.cached(&digest) {
-            return Ok(module);
-        }
-        let compiled = Arc::new(CompiledModule::new(
-            &self.engine,
-            &self.linker,
-            wasm,
-            digest,
-            self.config.max_memory_bytes,
-        )?);
-        let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(Arc::clone(modules.entry(digest).or_insert(compiled)))
+        self.kept_or_compiled(digest, || {
+            CompiledModule::new(
+                &self.engine,
+                &self.linker,
+                wasm,
+                digest,
+                self.config.max_memory_bytes,
+            )
+            .map(Arc::new)
+        })
     }
 
     /// The module for these bytes as it is after `operation(payload)` in a
@@ -112,12 +109,9 @@ impl Runtime {
             .chain_update(Sha256::digest(payload))
             .finalize()
             .into();
-        if let Some(module) = self.cached(&key) {
-            return Ok(module);
-        }
-        let compiled = self.snapshot(wasm, operation, payload, limits, Arc::new(NoHostCalls))?;
-        let mut modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(Arc::clone(modules.entry(key).or_insert(compiled)))
+        self.kept_or_compiled(key, || {
+            self.snapshot(wasm, operation, payload, limits, Arc::new(NoHostCalls))
+        })
     }
 
     /// [`Runtime::load_snapshot`] with `host` answering the run's host
@@ -147,9 +141,26 @@ impl Runtime {
         Ok(Arc::new(compile(&snapshot)?.started()))
     }
 
-    fn cached(&self, digest: &Digest) -> Option<Arc<CompiledModule>> {
-        let modules = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
-        modules.get(digest).cloned()
+    /// The module kept under `key`, else `compile`'s, kept there. Compiling
+    /// is done outside the lock: two different modules compile in
+    /// parallel (and the first of two of the same one is kept).
+    fn kept_or_compiled(
+        &self,
+        key: Digest,
+        compile: impl FnOnce() -> Result<Arc<CompiledModule>, LoadError>,
+    ) -> Result<Arc<CompiledModule>, LoadError> {
+        let kept = self.lock_modules().get(&key).cloned();
+        if let Some(module) = kept {
+            return Ok(module);
+        }
+        let compiled = compile()?;
+        Ok(Arc::clone(
+            self.lock_modules().entry(key).or_insert(compiled),
+        ))
+    }
+
+    fn lock_modules(&self) -> std::sync::MutexGuard<'_, HashMap<Digest, Arc<CompiledModule>>> {
+        self.modules.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Limits for a policy: its own timeout, the runtime's memory bound.
