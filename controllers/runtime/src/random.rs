@@ -1,11 +1,13 @@
-//! Random draws for names, TTL spreads and simulated failures, without an
-//! extra crate: std's hasher is seeded from the platform's randomness.
+//! Random draws for names, TTL spreads and simulated failures.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, RandomState};
 
-/// A random u64.
+/// A random u64 from the platform's randomness. Should that fail, std's
+/// hasher gives one: its keys are drawn from the platform once per thread
+/// and then only counted up, so its draws are harder to tell apart but
+/// not guessable.
 pub fn random_u64() -> u64 {
-    std::hash::RandomState::new().hash_one(0u8)
+    getrandom::u64().unwrap_or_else(|_| RandomState::new().hash_one(0u8))
 }
 
 /// A uniform draw from `[0, 1)`.
