@@ -311,6 +311,12 @@ impl<'de> de::Deserializer<'de> for ValueReader<'_> {
     }
 }
 
+// Never inlined, so that each type's fields are read in a function of
+// their own: inlined, every volume source of `Volume` was read in one
+// 80 KB function of the policy modules, which wasmtime takes seconds and
+// hundreds of MB to compile (docs/benchmarks.md, "Compiling the
+// policies"). The JS package (opt-level z) comes out the same either way.
+#[inline(never)]
 fn visit_array<'de, V: Visitor<'de>>(
     items: Vec<Value>,
     path: &Path<'_>,
@@ -329,6 +335,8 @@ fn visit_array<'de, V: Visitor<'de>>(
     Ok(read)
 }
 
+// Never inlined: see `visit_array`.
+#[inline(never)]
 fn visit_object<'de, V: Visitor<'de>>(
     fields: serde_json::Map<String, Value>,
     path: &Path<'_>,

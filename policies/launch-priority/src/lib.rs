@@ -7,12 +7,11 @@ use kruise_core::launch_priority::{self, NAME_SUFFIX_ALPHABET};
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
 };
-use kruise_policy_support::{Outcome, pod_to_create, read_request};
-use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+use kruise_policy_support::{Outcome, PodAdmission, pod_to_create, read_pod_request};
 
 /// The decision for one admission request. `name_suffix` names a pod that
 /// only has `generateName`.
-pub fn evaluate(request: &KubernetesAdmissionRequest, name_suffix: &str) -> Outcome {
+pub fn evaluate(request: &PodAdmission<'_>, name_suffix: &str) -> Outcome {
     let pod = match pod_to_create(request) {
         Ok(Some(pod)) => pod,
         Ok(None) => return Outcome::Accept,
@@ -30,7 +29,7 @@ pub fn evaluate(request: &KubernetesAdmissionRequest, name_suffix: &str) -> Outc
 
 /// The `validate` waPC operation.
 pub fn validate(payload: &[u8]) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<Settings>(payload) {
+    let outcome = match read_pod_request::<Settings>(payload) {
         Ok(request) => evaluate(&request.request, &random_name_suffix()),
         Err(message) => Outcome::bad_request(message),
     };
@@ -64,12 +63,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod_create(object: &serde_json::Value) -> KubernetesAdmissionRequest {
-        serde_json::from_value(json!({
-            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE", "object": object
-        }))
-        .unwrap()
+    /// A Pod CREATE request for `object`, kept as its JSON text.
+    struct PodCreate(String);
+
+    impl PodCreate {
+        fn new(object: &serde_json::Value) -> Self {
+            Self(
+                json!({
+                    "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "object": object
+                })
+                .to_string(),
+            )
+        }
+
+        fn evaluate(&self, name_suffix: &str) -> Outcome {
+            evaluate(&serde_json::from_str(&self.0).unwrap(), name_suffix)
+        }
     }
 
     #[test]
@@ -87,7 +97,7 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "annotations": {"apps.kruise.io/container-launch-priority": "Ordered"}},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        let Outcome::Mutate(object) = evaluate(&pod_create(&pod), "bbbbb") else {
+        let Outcome::Mutate(object) = PodCreate::new(&pod).evaluate("bbbbb") else {
             panic!("expected a mutation");
         };
         let key = &object["spec"]["containers"][1]["env"][0]["valueFrom"]["configMapKeyRef"];
@@ -98,7 +108,7 @@ mod tests {
     fn a_bad_priority_is_rejected_with_its_reason() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "a"}, {"name": "b", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "x"}]}]}});
-        let outcome = evaluate(&pod_create(&pod), "bbbbb");
+        let outcome = PodCreate::new(&pod).evaluate("bbbbb");
         assert_eq!(
             outcome,
             Outcome::bad_request("container b: KRUISE_CONTAINER_PRIORITY=\"x\" is not an integer")
@@ -113,14 +123,14 @@ mod tests {
             "metadata": {"name": "p", "annotations": ordered},
             "spec": {"containers": containers}});
         assert!(matches!(
-            evaluate(&pod_create(&named), ""),
+            PodCreate::new(&named).evaluate(""),
             Outcome::Mutate(_)
         ));
         let to_be_named = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": "web-", "annotations": ordered},
             "spec": {"containers": containers}});
         assert_eq!(
-            evaluate(&pod_create(&to_be_named), ""),
+            PodCreate::new(&to_be_named).evaluate(""),
             Outcome::bad_request(
                 "cannot name the pod from metadata.generateName: no random name suffix was drawn"
             )

@@ -16,7 +16,8 @@ fn golden_cases() -> Vec<(String, Value)> {
 
 /// The native policy's answer, as the guest would serialise it.
 fn native_response(pod: &Value, name_suffix: &str) -> Value {
-    let request = serde_json::from_value(pod_create(pod)).unwrap();
+    let text = pod_create(pod).to_string();
+    let request = serde_json::from_str(&text).unwrap();
     let outcome: Outcome = kruise_policy_launch_priority::evaluate(&request, name_suffix);
     serde_json::to_value(outcome.into_response()).unwrap()
 }

@@ -112,7 +112,8 @@ fn normalise(response: &mut Value) {
 }
 
 fn native<C: Cluster>(case: &Value, settings: &Value, cluster: &C, draw: f64) -> Value {
-    let request = serde_json::from_value(request(case)).unwrap();
+    let text = request(case).to_string();
+    let request = serde_json::from_str(&text).unwrap();
     let settings: Settings = serde_json::from_value(settings.clone()).unwrap();
     let environment = Environment {
         now: "2026-11-29T10:00:00Z",

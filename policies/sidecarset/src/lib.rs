@@ -16,9 +16,9 @@ use kruise_api::SidecarSet;
 use kruise_core::sidecarset::{InjectionContext, inject};
 use kruise_policy_support::cluster::read_sidecar_sets;
 use kruise_policy_support::{
-    Answer, Outcome, pod_to_create, read_request_with_settings_text, read_settings,
+    Answer, Outcome, PodAdmission, pod_to_create, read_pod_request, read_settings,
 };
-use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+use serde_json::value::RawValue;
 
 pub use cluster::{Cluster, ListedSidecarSets, NoCluster};
 pub use settings::{Settings, prepare};
@@ -139,7 +139,7 @@ impl Instance {
         payload: &[u8],
         environment: &Environment<'_, C>,
     ) -> Result<Vec<u8>, String> {
-        let answer = match read_request_with_settings_text(payload) {
+        let answer = match read_pod_request::<&RawValue>(payload) {
             Ok(request) => match keep_settings(&mut self.kept, request.settings.get()) {
                 Ok(read) => evaluate_prepared(
                     &request.request,
@@ -208,7 +208,7 @@ fn keep_settings<'a>(
 /// SidecarSet of the cluster that cannot be read is left out, and named
 /// in a warning.
 pub fn evaluate<C: Cluster>(
-    request: &KubernetesAdmissionRequest,
+    request: &PodAdmission<'_>,
     settings: &Settings,
     environment: &Environment<'_, C>,
 ) -> Answer {
@@ -220,7 +220,7 @@ pub fn evaluate<C: Cluster>(
 }
 
 fn evaluate_prepared<C: Cluster>(
-    request: &KubernetesAdmissionRequest,
+    request: &PodAdmission<'_>,
     settings: &Settings,
     inline: Option<Result<&[SidecarSet], &str>>,
     listed: &mut Option<ReadListing>,
@@ -258,7 +258,7 @@ fn evaluate_prepared<C: Cluster>(
 
 fn inject_pod<C: Cluster>(
     pod: &Pod,
-    request: &KubernetesAdmissionRequest,
+    request: &PodAdmission<'_>,
     state: &ClusterState<'_>,
     environment: &Environment<'_, C>,
 ) -> Outcome {

@@ -9,8 +9,7 @@ use std::path::Path;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_policy_sidecarset::cluster::requests;
 use kruise_policy_sidecarset::{Cluster, Environment, Instance, NoCluster, Settings, evaluate};
-use kruise_policy_support::Outcome;
-use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+use kruise_policy_support::{Outcome, PodAdmission};
 use serde_json::{Value, json};
 
 fn example(name: &str) -> Value {
@@ -20,8 +19,13 @@ fn example(name: &str) -> Value {
     serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn pod_create(object: &Value) -> KubernetesAdmissionRequest {
-    serde_json::from_value(pod_create_json(object)).unwrap()
+/// A Pod CREATE request for `object`, as the JSON text a host sends.
+fn pod_create(object: &Value) -> String {
+    pod_create_json(object).to_string()
+}
+
+fn read(request: &str) -> PodAdmission<'_> {
+    serde_json::from_str(request).unwrap()
 }
 
 fn pod_create_json(object: &Value) -> Value {
@@ -39,7 +43,7 @@ fn run<C: Cluster>(settings: &Settings, pod: &Value, cluster: &C) -> Outcome {
         random_draw: Some(0.5),
         cluster,
     };
-    evaluate(&pod_create(pod), settings, &environment).outcome
+    evaluate(&read(&pod_create(pod)), settings, &environment).outcome
 }
 
 fn inline(sidecar_sets: Vec<Value>) -> Settings {
@@ -131,7 +135,8 @@ fn a_pod_no_sidecarset_selects_is_accepted_unchanged() {
 #[test]
 fn requests_other_than_pod_create_are_accepted() {
     let settings = inline(vec![example("sidecarset-scs-demo.yaml")]);
-    let mut request = pod_create(&example("pod-test-pod.yaml"));
+    let text = pod_create(&example("pod-test-pod.yaml"));
+    let mut request = read(&text);
     request.operation = "UPDATE".to_owned();
     let environment = Environment {
         now: NOW,
@@ -230,7 +235,7 @@ fn an_unreadable_sidecarset_is_left_out_with_a_warning() {
         cluster: &cluster,
     };
     let request = pod_create(&example("pod-test-pod.yaml"));
-    let answer = evaluate(&request, &Settings::default(), &environment);
+    let answer = evaluate(&read(&request), &Settings::default(), &environment);
     let Outcome::Mutate(pod) = &answer.outcome else {
         panic!("expected the good SidecarSet injected: {answer:?}");
     };

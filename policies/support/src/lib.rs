@@ -6,11 +6,16 @@ pub mod clock;
 pub mod cluster;
 pub mod random;
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::Pod;
-use kubewarden_policy_sdk::request::{KubernetesAdmissionRequest, ValidationRequest};
+use kubewarden_policy_sdk::request::{
+    GroupVersionKind, KubernetesAdmissionRequest, ValidationRequest,
+};
 use kubewarden_policy_sdk::response::ValidationResponse;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 /// The SDK, for [`export_policy!`] expanded in the policy crates.
 pub use kubewarden_policy_sdk;
@@ -80,28 +85,42 @@ pub const BAD_REQUEST: u16 = 400;
 /// HTTP status of a rejection for field violations (Kubernetes' `Invalid`).
 pub const UNPROCESSABLE: u16 = 422;
 
-/// Parse the `validate` payload; the error is a message for the user.
-pub fn read_request<S: Default + DeserializeOwned>(
-    payload: &[u8],
-) -> Result<ValidationRequest<S>, String> {
-    read_validation_payload(payload)
-}
-
-/// The `validate` payload with its settings left as JSON text, for a policy
-/// that keeps what it read from its settings: both hosts send the same
-/// settings as the same text with every request, so comparing texts
-/// spares parsing them again.
+/// The `validate` payload of a pod mutation: the request as
+/// [`PodAdmission`] reads it, and the settings as `S`.
+///
+/// With `S = &RawValue` the settings stay JSON text, for a policy that keeps
+/// what it read from its settings: both hosts send the same settings as the
+/// same text with every request, so comparing texts spares parsing them
+/// again.
 #[derive(Debug, Deserialize)]
-pub struct RequestWithSettingsText<'a> {
-    pub request: KubernetesAdmissionRequest,
+pub struct PodRequest<'a, S> {
     #[serde(borrow)]
-    pub settings: &'a serde_json::value::RawValue,
+    pub request: PodAdmission<'a>,
+    pub settings: S,
 }
 
-/// [`read_request`], the settings left as text.
-pub fn read_request_with_settings_text(
-    payload: &[u8],
-) -> Result<RequestWithSettingsText<'_>, String> {
+/// What a pod mutation reads of an admission request, the object left as
+/// its JSON text. The pod is read straight from that text into its type:
+/// through a parsed document (the SDK's `KubernetesAdmissionRequest`) the
+/// read cost as much again, and every Kubernetes type's reading was
+/// compiled once more, for that deserializer. Every field may be absent,
+/// as in the SDK's request; the others are skipped.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodAdmission<'a> {
+    pub kind: GroupVersionKind,
+    pub operation: String,
+    #[serde(alias = "subResource")]
+    pub sub_resource: String,
+    pub namespace: String,
+    #[serde(borrow)]
+    pub object: Option<&'a RawValue>,
+}
+
+/// [`PodRequest`] from a `validate` payload.
+pub fn read_pod_request<'a, S: Deserialize<'a>>(
+    payload: &'a [u8],
+) -> Result<PodRequest<'a, S>, String> {
     read_validation_payload(payload)
 }
 
@@ -140,8 +159,9 @@ fn quote(payload: &[u8]) -> String {
 
 /// The pod of a Pod CREATE request, `None` for any other request (which a
 /// pod mutation accepts unchanged), or an error when the request claims to
-/// create a pod but its object is not one.
-pub fn pod_to_create(request: &KubernetesAdmissionRequest) -> Result<Option<Pod>, String> {
+/// create a pod but its object is not one. An object without `kind` is
+/// read as the Pod the request says it is.
+pub fn pod_to_create(request: &PodAdmission<'_>) -> Result<Option<Pod>, String> {
     let creates_pod = request.kind.kind == "Pod"
         && request.kind.group.is_empty()
         && request.operation == "CREATE"
@@ -149,19 +169,34 @@ pub fn pod_to_create(request: &KubernetesAdmissionRequest) -> Result<Option<Pod>
     if !creates_pod {
         return Ok(None);
     }
-    if request
-        .object
-        .get("kind")
-        .and_then(serde_json::Value::as_str)
-        != Some("Pod")
-    {
-        return Err("the request creates a Pod but its object is not a v1 Pod".to_owned());
+    let not_a_pod = || "the request creates a Pod but its object is not a v1 Pod".to_owned();
+    let object = request.object.ok_or_else(not_a_pod)?;
+    serde_json::from_str(object.get()).map(Some).map_err(|e| {
+        if claims_another_kind(object) {
+            not_a_pod()
+        } else {
+            format!("the object is not a valid Pod: {e}")
+        }
+    })
+}
+
+/// Whether an object that failed to read as a Pod says it is something
+/// else (or is not an object at all): read again for that, only then.
+fn claims_another_kind(object: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct TypeMeta<'a> {
+        #[serde(borrow, default, rename = "apiVersion")]
+        api_version: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        kind: Option<Cow<'a, str>>,
     }
-    // Read from the parsed request in place: a copy of it cost as much as
-    // the read.
-    Pod::deserialize(&request.object)
-        .map(Some)
-        .map_err(|e| format!("the object is not a valid Pod: {e}"))
+    match serde_json::from_str::<TypeMeta<'_>>(object.get()) {
+        Ok(claimed) => {
+            claimed.kind.as_deref().is_some_and(|kind| kind != "Pod")
+                || claimed.api_version.as_deref().is_some_and(|v| v != "v1")
+        }
+        Err(_) => true,
+    }
 }
 
 /// The name of the request's object, else the request's own name.
@@ -272,54 +307,109 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn request(
-        kind: &str,
-        operation: &str,
-        object: &serde_json::Value,
-    ) -> KubernetesAdmissionRequest {
-        serde_json::from_value(json!({
-            "uid": "1",
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "operation": operation,
-            "object": object,
-        }))
-        .unwrap()
+    fn request<'a>(kind: &str, operation: &str, object: &'a RawValue) -> PodAdmission<'a> {
+        PodAdmission {
+            kind: GroupVersionKind {
+                group: String::new(),
+                version: "v1".to_owned(),
+                kind: kind.to_owned(),
+            },
+            operation: operation.to_owned(),
+            object: Some(object),
+            ..PodAdmission::default()
+        }
+    }
+
+    fn raw(object: &serde_json::Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(object).unwrap()
     }
 
     #[test]
     fn only_pod_creates_are_picked_out() {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}});
-        assert!(
-            pod_to_create(&request("Pod", "CREATE", &pod))
-                .unwrap()
-                .is_some()
+        let pod = raw(
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}),
         );
+        let read = pod_to_create(&request("Pod", "CREATE", &pod)).unwrap();
+        assert_eq!(read.unwrap().metadata.name.as_deref(), Some("p"));
         assert_eq!(pod_to_create(&request("Pod", "UPDATE", &pod)), Ok(None));
         assert_eq!(
-            pod_to_create(&request("ConfigMap", "CREATE", &json!({}))),
+            pod_to_create(&request("ConfigMap", "CREATE", &raw(&json!({})))),
             Ok(None)
         );
+        let mut subresource = request("Pod", "CREATE", &pod);
+        subresource.sub_resource = "ephemeralcontainers".to_owned();
+        assert_eq!(pod_to_create(&subresource), Ok(None));
     }
 
     #[test]
     fn a_pod_create_without_a_pod_is_an_error() {
-        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
-        let error = pod_to_create(&request("Pod", "CREATE", &deployment)).unwrap_err();
-        assert!(error.contains("not a v1 Pod"), "{error}");
-        let broken = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": "none"}});
+        for not_a_pod in [
+            json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+            json!({"apiVersion": "apps/v1", "kind": "Pod"}),
+            json!(3),
+            json!(null),
+        ] {
+            let error = pod_to_create(&request("Pod", "CREATE", &raw(&not_a_pod))).unwrap_err();
+            assert!(error.contains("not a v1 Pod"), "{not_a_pod}: {error}");
+        }
+        let no_object = PodAdmission {
+            object: None,
+            ..request("Pod", "CREATE", &raw(&json!({})))
+        };
+        assert!(
+            pod_to_create(&no_object)
+                .unwrap_err()
+                .contains("not a v1 Pod")
+        );
+        let broken =
+            raw(&json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": "none"}}));
         let error = pod_to_create(&request("Pod", "CREATE", &broken)).unwrap_err();
         assert!(
-            error.starts_with("the object is not a valid Pod"),
+            error.starts_with("the object is not a valid Pod: invalid type: string \"none\""),
             "{error}"
         );
     }
 
     #[test]
+    fn a_pod_without_kind_is_read_as_the_request_says() {
+        let pod = raw(&json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
+        assert!(
+            pod_to_create(&request("Pod", "CREATE", &pod))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_pod_request_is_read_from_the_payload_as_the_hosts_send_it() {
+        let payload = json!({
+            "settings": {"a": 1},
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "subResource": "", "namespace": "ns", "operation": "CREATE",
+                "userInfo": {"username": "u", "groups": ["g"]},
+                "object": {"kind": "Pod", "spec": {"containers": []}},
+                "oldObject": null, "dryRun": false, "options": {"kind": "CreateOptions"}
+            }
+        })
+        .to_string();
+        let read = read_pod_request::<&RawValue>(payload.as_bytes()).unwrap();
+        assert_eq!(read.settings.get(), r#"{"a":1}"#);
+        assert_eq!(read.request.namespace, "ns");
+        assert_eq!(
+            read.request.object.map(RawValue::get),
+            Some(r#"{"kind":"Pod","spec":{"containers":[]}}"#)
+        );
+        assert!(pod_to_create(&read.request).unwrap().is_some());
+    }
+
+    #[test]
     fn oversized_and_malformed_payloads_are_refused_with_a_reason() {
         let big = vec![b' '; MAX_REQUEST_BYTES + 1];
-        let error = read_request::<serde_json::Value>(&big).unwrap_err();
+        let error = read_pod_request::<serde_json::Value>(&big).unwrap_err();
         assert!(error.contains("more than the"), "{error}");
-        let error = read_request::<serde_json::Value>(b"{\"request\": [").unwrap_err();
+        let error = read_pod_request::<serde_json::Value>(b"{\"request\": [").unwrap_err();
         assert!(
             error.starts_with("cannot read the validation request"),
             "{error}"
@@ -360,7 +450,7 @@ pub fn answer_without_settings(
     payload: &[u8],
     evaluate: impl FnOnce(&KubernetesAdmissionRequest) -> Outcome,
 ) -> Result<Vec<u8>, String> {
-    let outcome = match read_request::<NoSettings>(payload) {
+    let outcome = match read_validation_payload::<ValidationRequest<NoSettings>>(payload) {
         Ok(request) => evaluate(&request.request),
         Err(message) => Outcome::bad_request(message),
     };
