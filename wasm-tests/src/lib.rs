@@ -357,16 +357,18 @@ fn read_clone_set_request(request: Value, for_status: bool) -> Result<CloneSetIn
                 .map_err(|e| format!("pods[{index}] ({name}): {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let templates = request
-        .revisions
-        .templates
-        .into_iter()
-        .map(|(name, document)| {
-            from_value::<PodTemplateSpec>(document, Strictness::Strict)
-                .map(|template| (name.clone(), template))
-                .map_err(|e| format!("revisions.templates.{name}: {e}"))
-        })
-        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    let templates = kruise_core::ordered::map(
+        request
+            .revisions
+            .templates
+            .into_iter()
+            .map(|(name, document)| {
+                from_value::<PodTemplateSpec>(document, Strictness::Strict)
+                    .map(|template| (name.clone(), template))
+                    .map_err(|e| format!("revisions.templates.{name}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    );
     let now: Timestamp = request.now.parse().map_err(|e| format!("now: {e}"))?;
     let gates = request.gates.unwrap_or_default();
     let previous = request

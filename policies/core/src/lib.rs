@@ -11,6 +11,7 @@ pub mod history;
 pub mod imagepull;
 pub mod launch_priority;
 mod names;
+pub mod ordered;
 pub mod owner;
 pub mod pod_readiness;
 pub mod quantity;

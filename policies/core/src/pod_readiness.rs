@@ -49,7 +49,7 @@ pub fn hold(pod: &Pod, holder: &Holder, now: Timestamp) -> Option<PodCondition> 
         return None;
     }
     list.push(holder.clone());
-    list.sort();
+    crate::ordered::sort(&mut list);
     Some(written(&list, now))
 }
 

@@ -198,7 +198,7 @@ pub fn to_selector_string(selector: &LabelSelector) -> String {
             .flatten()
             .filter_map(|expression| expression_requirement(expression).ok()),
     );
-    parts.sort_by(|a, b| a.key().cmp(b.key()));
+    crate::ordered::sort_by(&mut parts, |a, b| a.key().cmp(b.key()));
     parts
         .iter()
         .map(Requirement::render)

@@ -267,7 +267,7 @@ proptest! {
             prop_assert!(before.contains(name), "unknown pod {name}");
         }
         let n = touched.len();
-        touched.sort();
+        touched.sort_unstable();
         touched.dedup();
         prop_assert_eq!(touched.len(), n, "a pod acted on twice: {:?}", plan);
         if let Some(diffs) = plan.update_diffs {

@@ -636,7 +636,7 @@ fn test_sorting_active_pods() {
         unscheduled,
     ];
     let mut refs: Vec<&Pod> = all.iter().collect();
-    refs.sort_by(|a, b| active_pods_order(a, b));
+    kruise_core::ordered::sort_by(&mut refs, |a, b| active_pods_order(a, b));
     assert_eq!(
         names(&refs),
         [

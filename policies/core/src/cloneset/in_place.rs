@@ -31,11 +31,11 @@ fn map_diff(
 ) -> BTreeMap<String, Option<String>> {
     let empty = BTreeMap::new();
     let (old, new) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
-    let mut diff: BTreeMap<String, Option<String>> = new
-        .iter()
-        .filter(|(key, value)| old.get(*key) != Some(value))
-        .map(|(key, value)| (key.clone(), Some(value.clone())))
-        .collect();
+    let mut diff: BTreeMap<String, Option<String>> = crate::ordered::map(
+        new.iter()
+            .filter(|(key, value)| old.get(*key) != Some(value))
+            .map(|(key, value)| (key.clone(), Some(value.clone()))),
+    );
     diff.extend(
         old.keys()
             .filter(|key| !new.contains_key(*key))
@@ -158,12 +158,12 @@ pub fn is_in_place_update_completed(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.container_statuses.clone())
         .unwrap_or_default();
-    let spec_images: BTreeMap<&str, &str> = pod
-        .spec
-        .iter()
-        .flat_map(|spec| &spec.containers)
-        .filter_map(|c| Some((c.name.as_str(), c.image.as_deref()?)))
-        .collect();
+    let spec_images: BTreeMap<&str, &str> = crate::ordered::map(
+        pod.spec
+            .iter()
+            .flat_map(|spec| &spec.containers)
+            .filter_map(|c| Some((c.name.as_str(), c.image.as_deref()?))),
+    );
     let recorded = state
         .get("lastContainerStatuses")
         .and_then(Value::as_object);

@@ -208,7 +208,7 @@ fn history_to_delete(
             !keep.iter().any(|k| k.as_str() == name) && !live.contains(short_hash(name))
         })
         .collect();
-    history.sort_by_key(|r| r.revision.unwrap_or(0));
+    crate::ordered::sort_by_key(&mut history, |r| r.revision.unwrap_or(0));
     let surplus = history
         .len()
         .saturating_sub(usize::try_from(limit).unwrap_or(0));

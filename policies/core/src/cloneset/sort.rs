@@ -63,7 +63,7 @@ fn same_node_ranks(pods: &[&Pod], min_ready_seconds: i32, now: Timestamp) -> Vec
     }
     let mut ranks = vec![0; pods.len()];
     for mut members in by_node.into_values() {
-        members.sort_by(|&a, &b| {
+        crate::ordered::sort_by(&mut members, |&a, &b| {
             scale_in_base_order(pods[a], pods[b], min_ready_seconds, now)
                 .then_with(|| scale_in_tie_break(pods[a], pods[b]))
         });
@@ -108,7 +108,7 @@ fn scale_in_tie_break(a: &Pod, b: &Pod) -> Ordering {
 pub fn sort_for_scale_in(pods: &mut [&Pod], min_ready_seconds: i32, now: Timestamp) {
     let ranks = same_node_ranks(pods, min_ready_seconds, now);
     let mut indexed: Vec<(usize, &Pod)> = ranks.into_iter().zip(pods.iter().copied()).collect();
-    indexed.sort_by(|(rank_a, a), (rank_b, b)| {
+    crate::ordered::sort_by(&mut indexed, |(rank_a, a), (rank_b, b)| {
         scale_in_base_order(a, b, min_ready_seconds, now)
             .then_with(|| rank_b.cmp(rank_a))
             .then_with(|| scale_in_tie_break(a, b))
@@ -138,7 +138,7 @@ pub fn sort_by_priority(pods: &mut [&Pod], strategy: &UpdatePriorityStrategy) {
                 .map(|term| i64::from(term.weight))
                 .sum()
         };
-        pods.sort_by_key(|pod| std::cmp::Reverse(score(pod)));
+        crate::ordered::sort_by_key(pods, |pod| std::cmp::Reverse(score(pod)));
     } else if !strategy.order_priority.is_empty() {
         // Level = first ordered key the pod carries; pods with none come
         // first (-1), then higher trailing numbers first within a level.
@@ -157,7 +157,7 @@ pub fn sort_by_priority(pods: &mut [&Pod], strategy: &UpdatePriorityStrategy) {
                 })
                 .unwrap_or((-1, std::cmp::Reverse(0)))
         };
-        pods.sort_by_key(|pod| key(pod));
+        crate::ordered::sort_by_key(pods, |pod| key(pod));
     }
 }
 
@@ -169,7 +169,9 @@ pub fn scatter(pods: &mut Vec<&Pod>, terms: &[UpdateScatterTerm]) {
     let matches =
         |pod: &Pod, term: &UpdateScatterTerm| label(pod, &term.key) == Some(term.value.as_str());
     let mut ordered: Vec<&UpdateScatterTerm> = terms.iter().collect();
-    ordered.sort_by_key(|term| std::cmp::Reverse(pods.iter().filter(|p| matches(p, term)).count()));
+    crate::ordered::sort_by_key(&mut ordered, |term| {
+        std::cmp::Reverse(pods.iter().filter(|p| matches(p, term)).count())
+    });
     for term in ordered {
         let (hits, rest): (Vec<&Pod>, Vec<&Pod>) = pods.iter().partition(|p| matches(p, term));
         let (total, count) = (pods.len(), hits.len());

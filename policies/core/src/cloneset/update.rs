@@ -168,20 +168,24 @@ pub fn plan_update(
                 }
         })
         .collect();
-    candidates.sort_by(|a, b| active_pods_order(a, b));
+    crate::ordered::sort_by(&mut candidates, |a, b| active_pods_order(a, b));
     let strategy = cloneset.spec.update_strategy.clone().unwrap_or_default();
     if let Some(priority) = &strategy.priority_strategy {
         sort_by_priority(&mut candidates, priority);
     }
     scatter(&mut candidates, &strategy.scatter_strategy);
-    candidates.sort_by_key(|pod| lifecycle_state(pod) != Some(LifecycleState::PreparingUpdate));
+    crate::ordered::sort_by_key(&mut candidates, |pod| {
+        lifecycle_state(pod) != Some(LifecycleState::PreparingUpdate)
+    });
     // Deviation from the upstream order: pods already marked for deletion
     // go first. `updateNum` still counts them (they are active old pods), so
     // if they could sort behind unmarked pods, a round whose deletions were
     // held back by the budget would mark *other* pods for the same slots and
     // push the old revision below the partition (found by the property
     // tests). Taking them first spends those slots without a write.
-    candidates.sort_by_key(|pod| !is_specified_delete(pod, &settings.pods_to_delete));
+    crate::ordered::sort_by_key(&mut candidates, |pod| {
+        !is_specified_delete(pod, &settings.pods_to_delete)
+    });
 
     for pod in limit_by_budget(settings, pods, &candidates, diffs, target, now) {
         update_one(settings, revisions, pod, target, plan);

@@ -65,7 +65,7 @@ pub fn pick(requests: &[ContainerRecreateRequest]) -> Option<Pick> {
     let mut open: Vec<usize> = (0..requests.len())
         .filter(|&i| is_open(&requests[i]))
         .collect();
-    open.sort_by_key(|&i| {
+    crate::ordered::sort_by_key(&mut open, |&i| {
         let request = &requests[i];
         let weight = match request.status.as_ref().map(|s| s.phase) {
             Some(Phase::Recreating) => 0,

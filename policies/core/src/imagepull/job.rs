@@ -254,7 +254,7 @@ fn node_names(
         .filter(|(_, s)| keep(**s))
         .filter_map(|(t, _)| t.metadata.name.clone())
         .collect();
-    names.sort();
+    crate::ordered::sort(&mut names);
     names
 }
 
@@ -412,7 +412,7 @@ pub fn sync_node_image(
                 version: reported.map_or(0, |v| v.saturating_add(1)),
                 image_pull_policy: Some(fields.image_pull_policy),
             });
-            entry.tags.sort_by(|a, b| a.tag.cmp(&b.tag));
+            crate::ordered::sort_by(&mut entry.tags, |a, b| a.tag.cmp(&b.tag));
         }
     }
     Ok(*spec != before)
@@ -500,7 +500,7 @@ pub fn select_targets(
         .enumerate()
         .filter_map(|(i, n)| n.metadata.name.as_deref().map(|name| (i, name)))
         .collect();
-    by_name.sort_by_key(|(_, name)| *name);
+    crate::ordered::sort_by_key(&mut by_name, |(_, name)| *name);
     let index_of = |wanted: &str| by_name.iter().find(|(_, n)| *n == wanted).map(|(i, _)| *i);
     if let Some(pod_selector) = &job.spec.pod_selector {
         let mut matching = Vec::new();
@@ -510,7 +510,7 @@ pub fn select_targets(
                 matching.push(pod);
             }
         }
-        matching.sort_by_key(|p| p.metadata.name.clone());
+        crate::ordered::sort_by_key(&mut matching, |p| p.metadata.name.clone());
         let mut targets = Vec::new();
         for pod in matching {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());

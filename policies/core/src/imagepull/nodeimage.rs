@@ -281,7 +281,7 @@ pub fn set_tag_status(status: &mut NodeImageStatus, image: &str, tag: ImageTagSt
         *slot = tag;
     } else {
         tags.push(tag);
-        tags.sort_by(|a, b| a.tag.cmp(&b.tag));
+        crate::ordered::sort_by(tags, |a, b| a.tag.cmp(&b.tag));
     }
 }
 

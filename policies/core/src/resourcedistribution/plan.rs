@@ -252,9 +252,8 @@ pub fn plan(input: &ReconcileInput<'_>) -> Result<Plan, PlanError> {
             _ => {}
         }
     }
-    plan.actions
-        .sort_by(|a, b| a.namespace().cmp(b.namespace()));
-    plan.failures.sort_by(|a, b| a.namespace.cmp(&b.namespace));
+    crate::ordered::sort_by(&mut plan.actions, |a, b| a.namespace().cmp(b.namespace()));
+    crate::ordered::sort_by(&mut plan.failures, |a, b| a.namespace.cmp(&b.namespace));
     plan.targets = targets;
     plan.status = compute_status(distribution, &plan, &[], input.now);
     Ok(plan)

@@ -23,7 +23,7 @@ pub fn compute_status(
     now: Timestamp,
 ) -> ResourceDistributionStatus {
     let mut failures: Vec<&Failure> = plan.failures.iter().chain(action_failures).collect();
-    failures.sort_by(|a, b| a.namespace.cmp(&b.namespace));
+    crate::ordered::sort_by(&mut failures, |a, b| a.namespace.cmp(&b.namespace));
     let desired = plan.targets.matched.len();
     let failed_targets = plan
         .targets

@@ -117,11 +117,11 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 fn sorted_keys(value: Value) -> Value {
     match value {
         Value::Object(fields) => {
-            let sorted: BTreeMap<String, Value> = fields
-                .into_iter()
-                .map(|(k, v)| (k, sorted_keys(v)))
-                .collect();
-            Value::Object(sorted.into_iter().collect())
+            let mut sorted = serde_json::Map::new();
+            sorted.extend(crate::ordered::map(
+                fields.into_iter().map(|(k, v)| (k, sorted_keys(v))),
+            ));
+            Value::Object(sorted)
         }
         Value::Array(items) => Value::Array(items.into_iter().map(sorted_keys).collect()),
         other => other,
@@ -143,10 +143,7 @@ pub(super) fn injected(
     let mut injected_names: BTreeSet<String> = existing
         .get(INJECTED_LIST_ANNOTATION)
         .map(|list| {
-            list.split(',')
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned)
-                .collect()
+            crate::ordered::set(list.split(',').filter(|n| !n.is_empty()).map(str::to_owned))
         })
         .unwrap_or_default();
 
@@ -239,17 +236,16 @@ pub(crate) fn parse_records(
             key,
             message: current.to_string(),
         })?;
-    Ok(legacy
-        .into_iter()
-        .map(|(name, hash)| {
+    Ok(crate::ordered::map(legacy.into_iter().map(
+        |(name, hash)| {
             let record = HashRecord {
                 hash,
                 sidecar_set_name: name.clone(),
                 ..HashRecord::default()
             };
             (name, record)
-        })
-        .collect())
+        },
+    )))
 }
 
 /// Maps of strings and plain records always serialize.

@@ -106,11 +106,12 @@ struct Sources<'a> {
 }
 
 fn injected_names<'a>(selected: &'a [Cow<'_, SidecarSet>]) -> BTreeSet<&'a str> {
-    selected
-        .iter()
-        .flat_map(|s| s.spec.init_containers.iter().chain(&s.spec.containers))
-        .map(SidecarContainer::name)
-        .collect()
+    crate::ordered::set(
+        selected
+            .iter()
+            .flat_map(|s| s.spec.init_containers.iter().chain(&s.spec.containers))
+            .map(SidecarContainer::name),
+    )
 }
 
 fn build_one(
@@ -121,7 +122,7 @@ fn build_one(
     let name = sidecar_set_name(sidecar_set);
     let spec = &sidecar_set.spec;
     let volumes: BTreeMap<&str, &Volume> =
-        spec.volumes.iter().map(|v| (v.name.as_str(), v)).collect();
+        crate::ordered::map(spec.volumes.iter().map(|v| (v.name.as_str(), v)));
     let mut sidecar_list = BTreeSet::new();
 
     for sidecar in &spec.init_containers {
@@ -288,7 +289,7 @@ fn prepare(
 }
 
 fn paths<'a>(items: impl Iterator<Item = &'a String>) -> BTreeSet<String> {
-    items.cloned().collect()
+    crate::ordered::set(items.cloned())
 }
 
 /// Own items first, then shared ones whose path is not taken yet (by an own
@@ -313,7 +314,7 @@ fn append_unseen<T: Clone>(
 
 /// `original` unchanged, then each `additional` var whose name is new.
 fn merge_env(mut original: Vec<EnvVar>, additional: &[EnvVar]) -> Vec<EnvVar> {
-    let mut names: BTreeSet<String> = original.iter().map(|e| e.name.clone()).collect();
+    let mut names = crate::ordered::set(original.iter().map(|e| e.name.clone()));
     for env in additional {
         if names.insert(env.name.clone()) {
             original.push(env.clone());
@@ -326,13 +327,14 @@ fn merge_env(mut original: Vec<EnvVar>, additional: &[EnvVar]) -> Vec<EnvVar> {
 fn transfer_envs(sidecar: &SidecarContainer, pod: &Pod) -> Vec<EnvVar> {
     let mut copied = Vec::new();
     for transfer in &sidecar.transfer_env {
-        let names: BTreeSet<&str> = transfer
-            .env_name
-            .iter()
-            .filter(|n| !n.is_empty())
-            .chain(&transfer.env_names)
-            .map(String::as_str)
-            .collect();
+        let names: BTreeSet<&str> = crate::ordered::set(
+            transfer
+                .env_name
+                .iter()
+                .filter(|n| !n.is_empty())
+                .chain(&transfer.env_names)
+                .map(String::as_str),
+        );
         let field_ref = transfer
             .source_container_name_from
             .as_ref()

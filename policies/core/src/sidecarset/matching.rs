@@ -23,7 +23,9 @@ pub(super) fn select<'a>(
     ctx: &InjectionContext<'a>,
 ) -> Result<Vec<Cow<'a, SidecarSet>>, InjectionError> {
     let mut candidates: Vec<&SidecarSet> = ctx.sidecar_sets.iter().collect();
-    candidates.sort_by(|a, b| sidecar_set_name(a).cmp(sidecar_set_name(b)));
+    crate::ordered::sort_by(&mut candidates, |a, b| {
+        sidecar_set_name(a).cmp(sidecar_set_name(b))
+    });
 
     let mut kept = Vec::new();
     let mut replaced_bases = BTreeSet::new();

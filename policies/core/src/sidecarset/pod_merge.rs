@@ -29,7 +29,9 @@ pub(super) fn apply(pod: &mut Pod, built: Built) {
     let spec = pod.spec.get_or_insert_with(Default::default);
     let mut init_containers = built.init_containers;
     if !init_containers.is_empty() {
-        init_containers.sort_by(|a, b| a.container.name.cmp(&b.container.name));
+        crate::ordered::sort_by(&mut init_containers, |a, b| {
+            a.container.name.cmp(&b.container.name)
+        });
         let existing = spec.init_containers.take().unwrap_or_default();
         spec.init_containers = Some(merge_containers(existing, init_containers));
     }
@@ -50,11 +52,8 @@ pub(super) fn apply(pod: &mut Pod, built: Built) {
 /// A sidecar whose name the pod already has replaces that container where
 /// it stands; new `BeforeAppContainer` sidecars go first, the rest last.
 fn merge_containers(mut pod: Vec<Container>, injected: Vec<Emitted>) -> Vec<Container> {
-    let positions: BTreeMap<String, usize> = pod
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.name.clone(), i))
-        .collect();
+    let positions: BTreeMap<String, usize> =
+        crate::ordered::map(pod.iter().enumerate().map(|(i, c)| (c.name.clone(), i)));
     let mut before = Vec::new();
     let mut after = Vec::new();
     for emitted in injected {
@@ -74,7 +73,7 @@ fn merge_containers(mut pod: Vec<Container>, injected: Vec<Emitted>) -> Vec<Cont
 /// The pod's volumes, then queued ones with a new name (the pod's wins,
 /// then the first queued).
 fn merge_volumes(mut pod: Vec<Volume>, queued: Vec<Volume>) -> Vec<Volume> {
-    let mut names: BTreeSet<String> = pod.iter().map(|v| v.name.clone()).collect();
+    let mut names = crate::ordered::set(pod.iter().map(|v| v.name.clone()));
     for volume in queued {
         if names.insert(volume.name.clone()) {
             pod.push(volume);

@@ -25,7 +25,7 @@ pub fn webhook_cases() -> Vec<(String, Value)> {
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .collect();
-    files.sort();
+    files.sort_unstable();
     files
         .iter()
         .map(|path| {

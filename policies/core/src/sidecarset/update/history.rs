@@ -149,7 +149,7 @@ pub fn plan_revisions(
     namespace: &str,
 ) -> RevisionPlan {
     let mut revisions = existing.to_vec();
-    revisions.sort_by_key(number);
+    crate::ordered::sort_by_key(&mut revisions, number);
     let data = revision_data(sidecar_set);
     let next = revisions.last().map_or(1, |r| number(r) + 1);
     let mut collision_count = sidecar_set

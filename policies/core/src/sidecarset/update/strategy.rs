@@ -50,7 +50,7 @@ pub fn next_upgrade_pods<'a>(
         }
     }
 
-    waiting.sort_by(|a, b| active_pods_order(a, b));
+    crate::ordered::sort_by(&mut waiting, |a, b| active_pods_order(a, b));
     if let Some(priority) = &strategy.priority_strategy {
         sort_by_priority(&mut waiting, priority);
     }
