@@ -5,9 +5,11 @@
 //! `BTreeSet` or `BTreeMap` sorts its items first, one more copy per item
 //! type. In the JS package that was 22 copies, 101 KB of its code
 //! (wasm-tests/README.md, "Size"). Here one sort of positions does every
-//! comparison through a `dyn` closure, and sets and maps are built by
-//! inserting. The clippy.toml beside this crate refuses std's stable sorts
-//! in it.
+//! comparison through a `dyn` closure. The clippy.toml beside this crate
+//! refuses std's stable sorts in it. Sets and maps are built by inserting
+//! ([`set`], [`map`]) where the JS package builds them (injection, the
+//! CloneSet planner); `collect()` elsewhere is not refused, since only a
+//! new item type in those paths costs another copy.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
