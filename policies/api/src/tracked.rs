@@ -150,6 +150,15 @@ struct ValueReader<'a> {
     findings: &'a Findings,
 }
 
+/// Every number type asks [`ValueReader::deserialize_number`].
+macro_rules! numbers_only {
+    ($($method:ident)*) => {$(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            self.deserialize_number(visitor)
+        }
+    )*};
+}
+
 impl<'de> de::Deserializer<'de> for ValueReader<'_> {
     type Error = Error;
 
@@ -174,24 +183,23 @@ impl<'de> de::Deserializer<'de> for ValueReader<'_> {
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Array(items) => visit_array(items, self.path, self.findings, visitor),
-            Value::Object(fields) => visit_object(fields, self.path, self.findings, visitor),
-            other => Err(de::Error::invalid_type(unexpected(&other), &visitor)),
-        }
+        // Only an object, as the API server reads a struct: serde_json would
+        // also fill a struct from an array, field by field in order, and
+        // that would compile every struct's `visit_seq` too.
+        self.deserialize_map(visitor)
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
             Value::Object(fields) => visit_object(fields, self.path, self.findings, visitor),
-            other => Err(de::Error::invalid_type(unexpected(&other), &visitor)),
+            other => Err(wrong_type(&other, &visitor)),
         }
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
             Value::Array(items) => visit_array(items, self.path, self.findings, visitor),
-            other => Err(de::Error::invalid_type(unexpected(&other), &visitor)),
+            other => Err(wrong_type(&other, &visitor)),
         }
     }
 
@@ -215,7 +223,7 @@ impl<'de> de::Deserializer<'de> for ValueReader<'_> {
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
             Value::String(s) => visitor.visit_string(s),
-            other => Err(de::Error::invalid_type(unexpected(&other), &visitor)),
+            other => Err(wrong_type(&other, &visitor)),
         }
     }
 
@@ -230,14 +238,14 @@ impl<'de> de::Deserializer<'de> for ValueReader<'_> {
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
             Value::Bool(b) => visitor.visit_bool(b),
-            other => Err(de::Error::invalid_type(unexpected(&other), &visitor)),
+            other => Err(wrong_type(&other, &visitor)),
         }
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
             Value::Null => visitor.visit_unit(),
-            other => Err(de::Error::invalid_type(unexpected(&other), &visitor)),
+            other => Err(wrong_type(&other, &visitor)),
         }
     }
 
@@ -305,9 +313,27 @@ impl<'de> de::Deserializer<'de> for ValueReader<'_> {
         visitor.visit_unit()
     }
 
-    // Numbers and the rest: `deserialize_any` asks only for what the value is.
+    numbers_only! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_i128
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128
+        deserialize_f32 deserialize_f64
+    }
+
+    // The rest: `deserialize_any` asks only for what the value is.
     serde::forward_to_deserialize_any! {
-        i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char bytes byte_buf
+        char bytes byte_buf
+    }
+}
+
+impl ValueReader<'_> {
+    /// A number, which says itself which `visit_*` it is (as
+    /// `deserialize_any` would, without compiling the number visitors'
+    /// object and array readers).
+    fn deserialize_number<'de, V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.value {
+            Value::Number(n) => de::Deserializer::deserialize_any(n, visitor),
+            other => Err(wrong_type(&other, &visitor)),
+        }
     }
 }
 
@@ -401,6 +427,16 @@ struct MapReader<'a> {
     findings: &'a Findings,
 }
 
+impl MapReader<'_> {
+    /// The next entry becomes the current one; its key, if there is one.
+    /// Not generic, so compiled once rather than in every struct's reader.
+    #[inline(never)]
+    fn advance(&mut self) -> Option<&str> {
+        self.current = self.entries.next();
+        self.current.as_ref().map(|(key, _)| key.as_str())
+    }
+}
+
 impl<'de> de::MapAccess<'de> for MapReader<'_> {
     type Error = Error;
 
@@ -408,12 +444,10 @@ impl<'de> de::MapAccess<'de> for MapReader<'_> {
         &mut self,
         seed: S,
     ) -> Result<Option<S::Value>, Error> {
-        let Some((key, value)) = self.entries.next() else {
-            return Ok(None);
-        };
-        let read = seed.deserialize(StrDeserializer::new(&key))?;
-        self.current = Some((key, value));
-        Ok(Some(read))
+        match self.advance() {
+            Some(key) => seed.deserialize(StrDeserializer::new(key)).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Error> {
@@ -519,6 +553,13 @@ impl VariantReader<'_> {
     }
 }
 
+/// The error for a value that is not what the visitor reads. Not generic,
+/// so compiled once rather than in every type's reader.
+#[inline(never)]
+fn wrong_type(value: &Value, expected: &dyn de::Expected) -> Error {
+    de::Error::invalid_type(unexpected(value), expected)
+}
+
 fn unexpected(value: &Value) -> Unexpected<'_> {
     match value {
         Value::Null => Unexpected::Unit,
@@ -620,6 +661,14 @@ mod tests {
         let (path, message) = failure(json!({}));
         assert_eq!(path, ".");
         assert_eq!(message, "missing field `name`");
+    }
+
+    #[test]
+    fn a_struct_is_read_only_from_an_object() {
+        // serde_json::from_value would fill `Inner` from `[1]`.
+        let (path, message) = failure(json!({"name": "a", "items": [[1]]}));
+        assert_eq!(path, "items[0]");
+        assert_eq!(message, "invalid type: sequence, expected struct Inner");
     }
 
     #[test]
