@@ -9,6 +9,7 @@ pub mod crd;
 pub mod imagepulljob;
 pub mod nodeimage;
 pub mod object;
+pub mod outlined;
 pub mod pod_defaults;
 pub mod resourcedistribution;
 pub mod schema;

@@ -171,7 +171,7 @@ pub fn pod_to_create(request: &PodAdmission<'_>) -> Result<Option<Pod>, String> 
     }
     let not_a_pod = || "the request creates a Pod but its object is not a v1 Pod".to_owned();
     let object = request.object.ok_or_else(not_a_pod)?;
-    serde_json::from_str(object.get()).map(Some).map_err(|e| {
+    kruise_api::outlined::from_str(object.get()).map(Some).map_err(|e| {
         if claims_another_kind(object) {
             not_a_pod()
         } else {
