@@ -1,14 +1,15 @@
-//! serde_json's text reader, with every value below the top read in a
-//! function of its own.
+//! serde_json's readers (of text, and of a parsed document), with every
+//! value below the top read in a function of its own.
 //!
 //! A type's `visit_map` calls each field's reading from one place only, so
 //! the compiler inlines it, and the field's own fields, down the tree: read
 //! with serde_json alone, `Volume` (30 volume sources) and `PodSpec` became
-//! functions of 77 and 58 KB in the policy modules. wasmtime's compile
-//! memory grows much faster than a function's size (docs/benchmarks.md,
-//! "Compiling the policies"), and those two set the host's peak at start.
-//! Here each value is read through [`Outlined`], whose `deserialize` is
-//! never inlined. What is read, and every error message, are serde_json's.
+//! functions of 77 and 58 KB in the policy modules read from text, 94 and
+//! 76 KB read from a parsed document. wasmtime's compile memory grows much
+//! faster than a function's size (docs/benchmarks.md, "Compiling the
+//! policies"), and such functions set the host's peak at start. Here each
+//! value is read through [`Outlined`], whose `deserialize` is never
+//! inlined. What is read, and every error message, are serde_json's.
 
 use serde::de::{
     self, DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess,
@@ -21,6 +22,11 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> serde_json::Result<T> {
     let value = T::deserialize(Reader(&mut reader))?;
     reader.end()?;
     Ok(value)
+}
+
+/// Reads a parsed document as a `T`, as `serde_json::from_value` does.
+pub fn from_value<T: DeserializeOwned>(document: serde_json::Value) -> serde_json::Result<T> {
+    T::deserialize(Reader(document))
 }
 
 /// A deserializer whose visitors are handed on wrapped, so that what they
@@ -292,6 +298,11 @@ mod tests {
         let ours = from_str::<T>(text).map_err(|e| e.to_string());
         let theirs = serde_json::from_str::<T>(text).map_err(|e| e.to_string());
         assert_eq!(ours, theirs, "{text}");
+        if let Ok(document) = serde_json::from_str::<serde_json::Value>(text) {
+            let ours = from_value::<T>(document.clone()).map_err(|e| e.to_string());
+            let theirs = serde_json::from_value::<T>(document).map_err(|e| e.to_string());
+            assert_eq!(ours, theirs, "{text}");
+        }
     }
 
     #[test]

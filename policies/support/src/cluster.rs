@@ -129,7 +129,7 @@ pub fn found<T: serde::de::DeserializeOwned>(
     what: &str,
 ) -> Result<Option<T>, String> {
     match answer {
-        Ok(object) => serde_json::from_value(object)
+        Ok(object) => kruise_api::outlined::from_value(object)
             .map(Some)
             .map_err(|e| format!("{what}: {e}")),
         Err(message) if is_not_found(&message) => Ok(None),
@@ -244,7 +244,7 @@ impl<F: Fn(&str, &[u8]) -> Result<Vec<u8>, String>> Cluster for HostCalls<F> {
             &requests::list_revisions(sidecar_set),
         )?;
         list_items(&list, |item| {
-            serde_json::from_value(item).map_err(|e| e.to_string())
+            kruise_api::outlined::from_value(item).map_err(|e| e.to_string())
         })
     }
 }

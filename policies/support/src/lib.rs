@@ -171,13 +171,15 @@ pub fn pod_to_create(request: &PodAdmission<'_>) -> Result<Option<Pod>, String> 
     }
     let not_a_pod = || "the request creates a Pod but its object is not a v1 Pod".to_owned();
     let object = request.object.ok_or_else(not_a_pod)?;
-    kruise_api::outlined::from_str(object.get()).map(Some).map_err(|e| {
-        if claims_another_kind(object) {
-            not_a_pod()
-        } else {
-            format!("the object is not a valid Pod: {e}")
-        }
-    })
+    kruise_api::outlined::from_str(object.get())
+        .map(Some)
+        .map_err(|e| {
+            if claims_another_kind(object) {
+                not_a_pod()
+            } else {
+                format!("the object is not a valid Pod: {e}")
+            }
+        })
 }
 
 /// Whether an object that failed to read as a Pod says it is something
