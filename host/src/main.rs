@@ -2,7 +2,7 @@
 //! (like `kwctl run`), or show what OpenKruise's pod webhook would inject
 //! into a pod or workload (like `istioctl kube-inject`).
 
-use std::io::Read as _;
+use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -207,6 +207,17 @@ struct InjectArgs {
 }
 
 fn main() -> ExitCode {
+    // The server's own events (watch caches filled, snapshots taken or
+    // not) on stderr, `info` unless RUST_LOG says otherwise. None is per
+    // request; a guest's log lines are not among them.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let outcome = match Cli::parse().command {
         Command::Run(args) => run(&args),
         Command::Inject(args) => inject(&args),
