@@ -43,8 +43,7 @@ pub struct ServeFiles<'a> {
 /// number of policies. With `cluster_snapshots`, a policy whose module
 /// asks for it is evaluated from a snapshot of its cluster reads, kept
 /// fresh with that timing (`cluster_snapshot`); each snapshot compiles the
-/// module again, which needs memory headroom (the installed host, limited
-/// to 512 MiB, was killed for it while serving).
+/// module again, which needs memory headroom (host/README.md).
 pub fn start(
     runtime: &Runtime,
     files: ServeFiles<'_>,

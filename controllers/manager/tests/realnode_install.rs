@@ -76,6 +76,7 @@ async fn the_install_runs_as_pods_on_the_real_node() {
     install_is_up(&client, &node).await;
 
     sidecar_set_injection(&kubeconfig, &client).await;
+    host_takes_a_cluster_snapshot(&client, &node).await;
     cloneset_partition_rollout(&kubeconfig, &client).await;
     image_pull_job(&client, &node).await;
     host_upgrade_keeps_answering(&client, &work, &node).await;
@@ -246,6 +247,49 @@ fn logs_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     logs
+}
+
+/// The deployed host compiles the sidecarset module again while serving,
+/// for its cluster snapshot, and stays within its memory limit doing so:
+/// the snapshot is logged and the host container never restarted.
+async fn host_takes_a_cluster_snapshot(client: &Client, node: &RealNode) {
+    let deadline = Instant::now() + INSTALL_DEADLINE;
+    while !host_logged(node, "evaluations start from a new cluster snapshot") {
+        assert!(
+            Instant::now() < deadline,
+            "the host took no cluster snapshot:\n{}",
+            pods_and_logs(client, node).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let host_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods = host_pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=kruise-webhook"))
+        .await
+        .unwrap();
+    let restarts: i32 = pods
+        .items
+        .iter()
+        .flat_map(|pod| {
+            pod.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+        })
+        .map(|container| container.restart_count)
+        .sum();
+    assert_eq!(
+        restarts,
+        0,
+        "the host restarted:\n{}",
+        pods_and_logs(client, node).await
+    );
+}
+
+fn host_logged(node: &RealNode, line: &str) -> bool {
+    logs_under(&node.work_dir.join("pod-logs"))
+        .iter()
+        .filter(|log| log.to_string_lossy().contains("kruise-webhook"))
+        .any(|log| std::fs::read_to_string(log).is_ok_and(|text| text.contains(line)))
 }
 
 /// The README's SidecarSet flow: the SidecarSet validated and defaulted by
