@@ -16,6 +16,8 @@ pub mod schema;
 mod sidecar_container_fields;
 pub mod sidecarset;
 pub mod stored;
+#[cfg(test)]
+mod test_types;
 mod tracked;
 
 pub use cloneset::CloneSet;

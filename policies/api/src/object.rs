@@ -88,9 +88,9 @@ fn yaml_document(text: &str) -> Result<serde_json::Value, ParseError> {
 
 /// Read one object of a kruise kind as a cluster stored it (JSON text),
 /// leniently. The API server has already checked it against the CRD schema,
-/// so it is read straight from the text ([`crate::outlined`]), without the parsed
-/// document in between that [`object_from_value`] walks; only an object
-/// that fails is read again that way, for the same message with the
+/// so it is read straight from the text ([`crate::outlined`]), without the
+/// parsed document in between that [`object_from_value`] walks; only an
+/// object that fails is read again that way, for the same message with the
 /// field's path.
 pub fn stored_object_from_json<T: KruiseObject>(text: &str) -> Result<T, ParseError> {
     crate::outlined::from_str(text).or_else(|_| {

@@ -580,38 +580,10 @@ fn unexpected(value: &Value) -> Unexpected<'_> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::collections::BTreeMap;
-
-    use serde::Deserialize;
     use serde_json::json;
 
     use super::*;
-
-    #[derive(Debug, Deserialize, PartialEq)]
-    #[serde(rename_all = "camelCase")]
-    struct Outer {
-        name: String,
-        #[serde(default)]
-        items: Vec<Inner>,
-        nested: Option<Box<Outer>>,
-        #[serde(default)]
-        labels: BTreeMap<String, String>,
-        shape: Option<Shape>,
-    }
-
-    #[derive(Debug, Deserialize, PartialEq)]
-    struct Inner {
-        size: u32,
-    }
-
-    #[derive(Debug, Deserialize, PartialEq)]
-    #[serde(rename_all = "camelCase")]
-    enum Shape {
-        Round,
-        Square { side: u32 },
-        Named(String),
-        Pair(u8, u8),
-    }
+    use crate::test_types::Outer;
 
     fn failure(document: Value) -> (String, String) {
         match read::<Outer>(document) {
