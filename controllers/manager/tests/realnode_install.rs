@@ -262,13 +262,8 @@ async fn host_takes_a_cluster_snapshot(client: &Client, node: &RealNode) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let host_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let pods = host_pods
-        .list(&ListParams::default().labels("app.kubernetes.io/name=kruise-webhook"))
+    let restarts: i32 = host_pods(client)
         .await
-        .unwrap();
-    let restarts: i32 = pods
-        .items
         .iter()
         .flat_map(|pod| {
             pod.status
@@ -283,6 +278,15 @@ async fn host_takes_a_cluster_snapshot(client: &Client, node: &RealNode) {
         "the host restarted:\n{}",
         pods_and_logs(client, node).await
     );
+}
+
+/// The webhook host's pods.
+async fn host_pods(client: &Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=kruise-webhook"))
+        .await
+        .unwrap()
+        .items
 }
 
 fn host_logged(node: &RealNode, line: &str) -> bool {
@@ -437,20 +441,16 @@ async fn host_upgrade_keeps_answering(client: &Client, work: &Path, node: &RealN
         .unwrap();
     assert!(patched.metadata.generation > before.metadata.generation);
     let generation = patched.metadata.generation.unwrap();
-    let host_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let deadline = Instant::now() + INSTALL_DEADLINE;
     loop {
         let deployment = deployments.get("kruise-webhook").await.unwrap();
         let status = deployment.status.unwrap_or_default();
-        let pods = host_pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=kruise-webhook"))
-            .await
-            .unwrap();
+        let pods = host_pods(client).await;
         let done = status.observed_generation == Some(generation)
             && status.updated_replicas == Some(1)
             && status.available_replicas == Some(1)
-            && pods.items.len() == 1
-            && pods.items[0].spec.as_ref().unwrap().containers[0]
+            && pods.len() == 1
+            && pods[0].spec.as_ref().unwrap().containers[0]
                 .image
                 .as_deref()
                 == Some(pushed[1].as_str());
