@@ -19,7 +19,7 @@ if [[ ! -x /usr/bin/chromium ]]; then
 fi
 /usr/bin/chromium --version
 
-step "Node packages (package-lock.json; binaryen, only for WASM_OPT=1, is left out)"
+step "Node packages (package-lock.json: yaml, playwright-core, binaryen)"
 node --version
 if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
   echo "Node >= 20 is needed" >&2

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Builds the JS package: the crate for wasm32-unknown-unknown with the
 # workspace's size-tuned `wasm-release` profile, then wasm-bindgen for Node
-# (pkg/node, CommonJS) and for browsers (pkg/web, ES module). With
-# WASM_OPT=1 it also runs wasm-opt from the npm `binaryen` package on the
-# result (see README.md for why that is off by default).
+# (pkg/node, CommonJS) and for browsers (pkg/web, ES module), then lays the
+# code out for gzip and optimises it with wasm-opt (binaryen, from npm: run
+# `npm ci` first). README.md ("Size") says what each step saves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+wasm_opt=node_modules/.bin/wasm-opt
+if [[ ! -x $wasm_opt ]]; then
+  echo "$wasm_opt is missing: run npm ci in wasm-tests first" >&2
+  exit 1
+fi
 
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
   node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).target_directory))')
@@ -44,16 +50,19 @@ for flavour in node web; do
 JSON
 done
 
-if [[ "${WASM_OPT:-0}" == 1 ]]; then
-  # The features rustc enables for wasm32-unknown-unknown by default; the
-  # stripped module no longer says so itself.
-  features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
-    --enable-mutable-globals --enable-reference-types --enable-multivalue)
-  node_modules/.bin/wasm-opt "${WASM_OPT_LEVEL:--O1}" "${features[@]}" \
-    pkg/web/kruise_wasm_js_bg.wasm -o pkg/web/kruise_wasm_js_bg.wasm
-  cp pkg/web/kruise_wasm_js_bg.wasm pkg/node/kruise_wasm_js_bg.wasm
-fi
+# The same module serves both flavours. scripts/layout.js names each
+# function by its job and code; wasm-opt -O1 then optimises, moves the
+# functions into that order and drops the names. The features are those
+# rustc enables for wasm32-unknown-unknown by default, which wasm-opt must
+# be told.
+named=$(mktemp --suffix .wasm)
+trap 'rm -f "$named"' EXIT
+node scripts/layout.js pkg/web/kruise_wasm_js_bg.wasm "$named"
+features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+  --enable-mutable-globals --enable-reference-types --enable-multivalue)
+"$wasm_opt" -O1 --reorder-functions-by-name "${features[@]}" "$named" -o pkg/web/kruise_wasm_js_bg.wasm
+cp pkg/web/kruise_wasm_js_bg.wasm pkg/node/kruise_wasm_js_bg.wasm
 
 bytes=$(stat -c %s pkg/web/kruise_wasm_js_bg.wasm)
 gzipped=$(gzip -9c pkg/web/kruise_wasm_js_bg.wasm | wc -c)
-echo "kruise_wasm_js_bg.wasm: $bytes bytes, $gzipped gzipped (wasm-opt: ${WASM_OPT:-0})"
+echo "kruise_wasm_js_bg.wasm: $bytes bytes, $gzipped gzipped"
