@@ -46,4 +46,4 @@ step "build (scripts/build.sh)"
 bash scripts/build.sh
 
 step "tests: Node, then Chromium (node --test)"
-node --test --test-reporter=spec test/golden.test.js test/chromium.test.js
+node --test --test-reporter=spec test/layout.test.js test/golden.test.js test/chromium.test.js

@@ -1,4 +1,5 @@
-// Usage: node scripts/layout.js <in.wasm> <out.wasm>
+// Usage: node scripts/layout.js <in.wasm> <out.wasm> (test/layout.test.js
+// checks it on a module written by hand).
 //
 // Renames every function of a module that still has its name section so
 // that `wasm-opt --reorder-functions-by-name` lays the code out for gzip:
@@ -10,6 +11,7 @@
 // Measured in README.md ("Size"). Only names change here; wasm-opt moves
 // the code and drops the names.
 import { readFileSync, writeFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 
 function readU32(bytes, at) {
   let value = 0;
@@ -120,14 +122,14 @@ function bodies(bytes, section) {
 
 // `<Volume as core::clone::Clone>::clone::h0123…` -> `core::clone::Clone::clone`;
 // `kruise_core::sidecarset::inject::h0123…` -> `kruise_core::sidecarset::inject`.
-function job(name) {
+export function job(name) {
   const plain = name.replace(/::h[0-9a-f]{16}$/, '');
   const implemented = /^<(.*) as (.*)>::([^:]+)$/.exec(plain);
   if (!implemented) return plain;
   return `${implemented[2].split('<')[0]}::${implemented[3]}`;
 }
 
-function layout(bytes) {
+export function layout(bytes) {
   const all = sections(bytes);
   const only = (id) => all.filter((s) => s.id === id);
   const nameSection = all.find((s) => s.id === 0 && customName(bytes, s)[0] === 'name');
@@ -158,9 +160,11 @@ function layout(bytes) {
   return Buffer.concat(parts);
 }
 
-const [input, output] = process.argv.slice(2);
-if (!input || !output) {
-  console.error('usage: node scripts/layout.js <in.wasm> <out.wasm>');
-  process.exit(2);
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const [input, output] = process.argv.slice(2);
+  if (!input || !output) {
+    console.error('usage: node scripts/layout.js <in.wasm> <out.wasm>');
+    process.exit(2);
+  }
+  writeFileSync(output, layout(readFileSync(input)));
 }
-writeFileSync(output, layout(readFileSync(input)));
