@@ -6,6 +6,7 @@ pub mod cloneset;
 mod container_validation;
 pub mod conversion;
 pub mod crr;
+mod decimal;
 pub mod go_json;
 pub mod history;
 pub mod imagepull;

@@ -48,8 +48,8 @@ pub fn scaled_value_from_int_or_percent(
         IntOrString::String(text) => {
             let percent: f64 = text
                 .strip_suffix('%')
-                .and_then(|digits| digits.parse().ok())
-                .filter(|p: &f64| p.is_finite())
+                .and_then(crate::decimal::parse_f64)
+                .filter(|p| p.is_finite())
                 .ok_or_else(|| NotAPercent(text.clone()))?;
             let scaled = percent * f64::from(total) / 100.0;
             let rounded = if round_up {

@@ -145,10 +145,9 @@ fn number_token(text: &str) -> Result<Token, String> {
         Some(digits) => (digits, 100.0),
         None => (text, 1.0),
     };
-    digits
-        .parse::<f64>()
+    crate::decimal::parse_f64(digits)
         .map(|n| Token::Number(n / scale))
-        .map_err(|_| format!("{text:?} is neither a number nor a quantity"))
+        .ok_or_else(|| format!("{text:?} is neither a number nor a quantity"))
 }
 
 struct Parser<'a> {

@@ -80,7 +80,7 @@ pub(super) fn suitable<'a>(
 
 /// `"20%"` → 0.2; fractions like `"12.5%"` are allowed.
 fn parse_percentage(text: &str) -> Option<f64> {
-    let number: f64 = text.strip_suffix('%')?.trim().parse().ok()?;
+    let number = crate::decimal::parse_f64(text.strip_suffix('%')?.trim())?;
     number.is_finite().then_some(number / 100.0)
 }
 
