@@ -167,7 +167,7 @@ fn write_typed(
         }
         (GoType::Map(item), Some(Value::Object(entries))) => {
             let mut keys: Vec<&String> = entries.keys().collect();
-            keys.sort_unstable();
+            crate::ordered::sort(&mut keys);
             out.push('{');
             for (index, key) in keys.into_iter().enumerate() {
                 if index > 0 {
@@ -278,7 +278,7 @@ fn write_unstructured(out: &mut String, value: &Value) {
         Value::Object(fields) => {
             // Go sorts map keys by their bytes, as `str` ordering does.
             let mut keys: Vec<&String> = fields.keys().collect();
-            keys.sort_unstable();
+            crate::ordered::sort(&mut keys);
             out.push('{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {

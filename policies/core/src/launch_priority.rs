@@ -178,7 +178,7 @@ pub fn pending_priorities(pod: &Pod) -> Vec<i64> {
         .filter(|c| !ready.get(c.name.as_str()).copied().unwrap_or(false))
         .filter_map(|c| priority_of_key(barrier_key_of(c)?))
         .collect();
-    pending.sort_unstable();
+    crate::ordered::sort(&mut pending);
     pending
 }
 

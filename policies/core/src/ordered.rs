@@ -1,15 +1,15 @@
 //! Stable sorts and ordered collections, compiled once for the whole crate.
 //!
-//! std's stable sort is compiled again for every element type and every
-//! comparison closure, about 4.6 KB of wasm each; `collect()` into a
-//! `BTreeSet` or `BTreeMap` sorts its items first, one more copy per item
-//! type. In the JS package that was 22 copies, 101 KB of its code
-//! (wasm-tests/README.md, "Size"). Here one sort of positions does every
-//! comparison through a `dyn` closure. The clippy.toml beside this crate
-//! refuses std's stable sorts in it. Sets and maps are built by inserting
-//! ([`set`], [`map`]) where the JS package builds them (injection, the
-//! CloneSet planner); `collect()` elsewhere is not refused, since only a
-//! new item type in those paths costs another copy.
+//! std's sorts are compiled again for every element type and every
+//! comparison closure, about 4.6 KB of wasm each for the stable one;
+//! `collect()` into a `BTreeSet` or `BTreeMap` sorts its items first, one
+//! more copy per item type. In the JS package that was 22 copies, 101 KB of
+//! its code (wasm-tests/README.md, "Size"). Here one sort of positions does
+//! every comparison through a `dyn` closure. The clippy.toml beside this
+//! crate refuses std's sorts, stable and unstable, in it. Sets and maps are
+//! built by inserting ([`set`], [`map`]) where the JS package builds them
+//! (injection, the CloneSet planner); `collect()` elsewhere is not refused,
+//! since only a new item type in those paths costs another copy.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};

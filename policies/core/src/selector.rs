@@ -70,7 +70,7 @@ impl Requirement<'_> {
     fn render(&self) -> String {
         let set = |values: &[String]| {
             let mut sorted: Vec<&str> = values.iter().map(String::as_str).collect();
-            sorted.sort_unstable();
+            crate::ordered::sort(&mut sorted);
             sorted.join(",")
         };
         match self {

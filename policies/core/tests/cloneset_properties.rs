@@ -267,7 +267,7 @@ proptest! {
             prop_assert!(before.contains(name), "unknown pod {name}");
         }
         let n = touched.len();
-        touched.sort_unstable();
+        kruise_core::ordered::sort(&mut touched);
         touched.dedup();
         prop_assert_eq!(touched.len(), n, "a pod acted on twice: {:?}", plan);
         if let Some(diffs) = plan.update_diffs {

@@ -108,7 +108,7 @@ fn golden_cases() {
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
         .collect();
-    paths.sort_unstable();
+    kruise_core::ordered::sort(&mut paths);
     let mut failures = Vec::new();
     for path in &paths {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();

@@ -221,7 +221,7 @@ pub fn plan(
             && own_tag(&targets[i], &image, uid).is_some_and(|t| !wanted.holds(t))
     });
     let mut sync: Vec<usize> = new_ones.chain(stale.map(|(i, _)| i)).collect();
-    sync.sort_unstable();
+    crate::ordered::sort(&mut sync);
     let requeue = deadline.map(|d| {
         let left = d.duration_since(now).max(SignedDuration::from_secs(1));
         Duration::try_from(left).unwrap_or(Duration::from_secs(1))

@@ -25,7 +25,7 @@ pub fn webhook_cases() -> Vec<(String, Value)> {
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .collect();
-    files.sort_unstable();
+    kruise_core::ordered::sort(&mut files);
     files
         .iter()
         .map(|path| {
