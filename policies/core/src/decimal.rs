@@ -14,12 +14,17 @@
 /// including the words `inf` and `nan` that `str::parse` also accepts
 /// (every caller refuses a number that is not finite).
 pub(crate) fn parse_f64(text: &str) -> Option<f64> {
-    let (negative, unsigned) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
+    let (negative, unsigned) = split_sign(text);
     let magnitude = Decimal::read(unsigned)?.nearest();
     Some(if negative { -magnitude } else { magnitude })
+}
+
+/// Whether `text` starts with `-`, and the text after its sign.
+fn split_sign(text: &str) -> (bool, &str) {
+    match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    }
 }
 
 /// Digits beyond this many only tell whether the number lies above the
@@ -134,10 +139,7 @@ impl Decimal {
 /// The exponent after `e`: digits with an optional sign, held to ±10^12
 /// (far past any double; the digits count towards the magnitude too).
 fn read_exponent(text: &str) -> Option<i64> {
-    let (negative, digits) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
+    let (negative, digits) = split_sign(text);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -197,7 +199,6 @@ fn halves(value: u64) -> (u32, u32) {
 
 /// A natural number in base 2^32, least significant limb first, no zero
 /// limbs on top.
-#[derive(Clone)]
 struct Big(Vec<u32>);
 
 impl Big {
