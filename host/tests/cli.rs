@@ -350,10 +350,10 @@ fn inject_explains_what_it_cannot_do() {
     );
 }
 
-#[test]
-fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
-    use std::io::{BufRead as _, BufReader, Read as _};
-    let dir = scratch_dir("cli-serve");
+/// `kruise-wasm serve` of the launch-priority policy on a free loopback
+/// port, its policies file in `dir`: the process and its address.
+fn serve_launch_priority(dir: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::{BufRead as _, BufReader};
     let policies = dir.join("policies.yml");
     std::fs::write(
         &policies,
@@ -390,6 +390,15 @@ fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
         banner.starts_with("serving 1 policies on http://127.0.0.1:"),
         "{banner}"
     );
+    (server, address)
+}
+
+#[test]
+fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
+    use std::io::Read as _;
+    let dir = scratch_dir("cli-serve");
+    let policies = dir.join("policies.yml");
+    let (mut server, address) = serve_launch_priority(&dir);
 
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": pod_create(&ordered_pod())}).to_string();
     let mut stream = std::net::TcpStream::connect(&address).unwrap();
@@ -432,6 +441,71 @@ fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
         stderr.starts_with("Error: policy `strict`: settings are not valid:"),
         "{stderr}"
     );
+}
+
+/// One answer read off a keep-alive connection: the status line and
+/// headers (lower-cased), then as many body bytes as they announce.
+fn read_answer(stream: &mut std::io::BufReader<std::net::TcpStream>) -> (String, String) {
+    use std::io::{BufRead as _, Read as _};
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stream.read_line(&mut line).unwrap() > 0,
+            "closed mid-answer: {head}"
+        );
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line.to_ascii_lowercase());
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no content-length in {head}"));
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).unwrap();
+    (head, String::from_utf8(body).unwrap())
+}
+
+#[test]
+fn serve_drains_keep_alive_connections_after_sigterm() {
+    use std::io::{BufReader, Read as _};
+    let dir = scratch_dir("cli-serve-drain");
+    let (mut server, address) = serve_launch_priority(&dir);
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": pod_create(&ordered_pod())}).to_string();
+    let request = format!(
+        "POST /validate/launch-priority HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{review}",
+        review.len()
+    );
+    let mut stream = BufReader::new(std::net::TcpStream::connect(&address).unwrap());
+    stream.get_mut().write_all(request.as_bytes()).unwrap();
+    let (head, _) = read_answer(&mut stream);
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+
+    // Kubernetes stops a pod with SIGTERM. The connection is idle now, as
+    // the API server's pooled connections mostly are: it must still be
+    // answered on, and closed by the client after that answer.
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    stream.get_mut().write_all(request.as_bytes()).unwrap();
+    let (head, body) = read_answer(&mut stream);
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(body.contains(r#""patchType":"JSONPatch""#), "{body}");
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "the server kept the connection open");
+
+    // Once no request comes for a moment, the server stops on its own.
+    let status = server.wait().unwrap();
+    assert!(status.success(), "{status}");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 pub mod api;
 mod body;
+mod drain;
 pub mod metrics;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -24,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use api::{ApiError, Endpoint, Evaluation, Policies};
+use drain::Drain;
 use metrics::Metrics;
 
 #[derive(Debug, Clone)]
@@ -101,7 +103,9 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
-    /// Stops accepting, lets requests in flight finish (up to 10 s).
+    /// Stops accepting, lets requests in flight finish (up to 10 s). No
+    /// drain first, unlike a signal: for callers that own the clients too
+    /// (tests, the bench, the dev cluster's in-process host).
     pub fn shutdown(mut self) {
         for handle in &self.handles {
             handle.graceful_shutdown(Some(Duration::from_secs(10)));
@@ -183,7 +187,8 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
         workers: Semaphore::new(config.evaluation_slots()),
         metrics: Arc::clone(&metrics),
     });
-    let router = policy_routes(app, config.max_body_bytes);
+    let drain = Arc::new(Drain::default());
+    let router = policy_routes(app, Arc::clone(&drain), config.max_body_bytes);
     let handles = [Handle::new(), Handle::new()];
     let (main_handle, readiness_handle) = (handles[0].clone(), handles[1].clone());
 
@@ -221,7 +226,7 @@ pub fn start(policies: Policies, config: &ServerConfig) -> Result<RunningServer,
         )),
         _ => None,
     };
-    let stop_on_signal = stop_on_signal(handles.clone());
+    let stop_on_signal = stop_on_signal(handles.clone(), drain);
     let thread = std::thread::Builder::new()
         .name("kruise-wasm-server".to_owned())
         .spawn(move || {
@@ -300,9 +305,9 @@ async fn reload_on_change(tls: RustlsConfig, files: TlsFiles, every: Duration) {
     }
 }
 
-/// SIGINT or SIGTERM (how Kubernetes stops a pod) shuts both listeners
-/// down gracefully.
-async fn stop_on_signal(handles: [Handle<SocketAddr>; 2]) {
+/// SIGINT or SIGTERM (how Kubernetes stops a pod) drains the connections
+/// (drain.rs says why), then shuts both listeners down gracefully.
+async fn stop_on_signal(handles: [Handle<SocketAddr>; 2], drain: Arc<Drain>) {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -315,6 +320,7 @@ async fn stop_on_signal(handles: [Handle<SocketAddr>; 2]) {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
     }
+    drain.run().await;
     for handle in &handles {
         handle.graceful_shutdown(Some(Duration::from_secs(10)));
     }
@@ -342,7 +348,7 @@ fn probe_routes(metrics: Arc<Metrics>) -> Router {
         )
 }
 
-fn policy_routes(app: Arc<App>, max_body_bytes: usize) -> Router {
+fn policy_routes(app: Arc<App>, drain: Arc<Drain>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/validate/{id}", post(validate))
         .route("/audit/{id}", post(audit))
@@ -350,6 +356,7 @@ fn policy_routes(app: Arc<App>, max_body_bytes: usize) -> Router {
         .route("/mutate/{chain}", post(mutate))
         .route("/convert", post(convert))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(drain, drain::mark))
         .with_state(app)
 }
 
