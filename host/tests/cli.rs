@@ -393,6 +393,16 @@ fn serve_launch_priority(dir: &std::path::Path) -> (std::process::Child, String)
     (server, address)
 }
 
+/// An HTTP/1.1 request of the ordered pod's review to the launch-priority
+/// policy, with `headers` (each ending in CRLF) added.
+fn launch_priority_request(headers: &str) -> String {
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": pod_create(&ordered_pod())}).to_string();
+    format!(
+        "POST /validate/launch-priority HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}\r\n{review}",
+        review.len()
+    )
+}
+
 #[test]
 fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
     use std::io::Read as _;
@@ -400,14 +410,10 @@ fn serve_answers_until_stopped_and_refuses_a_bad_policy() {
     let policies = dir.join("policies.yml");
     let (mut server, address) = serve_launch_priority(&dir);
 
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": pod_create(&ordered_pod())}).to_string();
     let mut stream = std::net::TcpStream::connect(&address).unwrap();
-    write!(
-        stream,
-        "POST /validate/launch-priority HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{review}",
-        review.len()
-    )
-    .unwrap();
+    stream
+        .write_all(launch_priority_request("Connection: close\r\n").as_bytes())
+        .unwrap();
     let mut reply = String::new();
     stream.read_to_string(&mut reply).unwrap();
     server.kill().unwrap();
@@ -474,11 +480,7 @@ fn serve_drains_keep_alive_connections_after_sigterm() {
     use std::io::{BufReader, Read as _};
     let dir = scratch_dir("cli-serve-drain");
     let (mut server, address) = serve_launch_priority(&dir);
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": pod_create(&ordered_pod())}).to_string();
-    let request = format!(
-        "POST /validate/launch-priority HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{review}",
-        review.len()
-    );
+    let request = launch_priority_request("");
     let mut stream = BufReader::new(std::net::TcpStream::connect(&address).unwrap());
     stream.get_mut().write_all(request.as_bytes()).unwrap();
     let (head, _) = read_answer(&mut stream);
