@@ -105,11 +105,8 @@ pub(crate) async fn execute(
     }
     for completion in &plan.in_place_complete {
         writer
-            .patch_status(&completion.pod, ready_status_patch(now))
+            .patch_status(&completion.pod, ready_status_patch(completion, now))
             .await?;
-        if let Some(to) = completion.to {
-            writer.patch(&completion.pod, lifecycle_patch(to)).await?;
-        }
     }
     for (name, hash) in &plan.template_hash_fix {
         writer

@@ -80,6 +80,32 @@ async fn a_condition_that_no_longer_applies_disappears(api: &Api<CloneSet>) {
     .await;
 }
 
+/// Every pod the CloneSet created is Ready through its open
+/// `InPlaceUpdateReady` gate and `Normal`: the two came in one
+/// `pods/status` write, which the API server takes label changes through.
+async fn opened_and_normal(client: &Client, selector: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let listed = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items;
+    assert!(!listed.is_empty());
+    for pod in listed {
+        let gate_open = pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "InPlaceUpdateReady" && c.status == "True");
+        let state = pod.labels().get("lifecycle.apps.kruise.io/state");
+        assert!(
+            gate_open && state.map(String::as_str) == Some("Normal"),
+            "{}: gate open {gate_open}, lifecycle {state:?}",
+            pod.name_any()
+        );
+    }
+}
+
 /// Spec 03 §10: TOTAL never above 6, READY never below 5, 3 pods kept on
 /// the old revision, then all 5 updated once the partition is 0.
 async fn surge_and_partition(client: &Client, api: &Api<CloneSet>, kubeconfig: &Path) {
@@ -91,6 +117,7 @@ async fn surge_and_partition(client: &Client, api: &Api<CloneSet>, kubeconfig: &
     .unwrap();
     let first = wait_for_columns(api, "demo", [5, 5, 5, 5, 5]).await;
     let revision_a = first.status.unwrap().update_revision.unwrap();
+    opened_and_normal(client, "app=demo").await;
 
     let recorder = record(client, "app=demo");
     tokio::time::sleep(Duration::from_millis(500)).await;

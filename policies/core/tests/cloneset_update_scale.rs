@@ -26,8 +26,8 @@ use kruise_api::common::{
 };
 use kruise_core::cloneset::{
     ANNOTATION_IN_PLACE_UPDATE_GRACE, ANNOTATION_IN_PLACE_UPDATE_STATE, FeatureGates,
-    LABEL_LIFECYCLE_STATE, LifecycleChange, LifecycleState, PlanError, PodCreation, Revisions,
-    Stage, active_pods_order, calculate_in_place_update, compute_status,
+    InPlaceCompletion, LABEL_LIFECYCLE_STATE, LifecycleChange, LifecycleState, PlanError,
+    PodCreation, Revisions, Stage, active_pods_order, calculate_in_place_update, compute_status,
     is_in_place_update_completed, scatter, sort_by_priority, sort_for_scale_in,
 };
 use serde_json::json;
@@ -286,6 +286,72 @@ fn create_preparing_normal_with_pre_normal_hook_waits_for_all_hook_labels() {
     set_label(&mut pod, "ready-hook", "true");
     let plan = run(&cs, &[pod], &image_revisions(REV_B, REV_B), NO_GATES);
     assert_eq!(plan.lifecycle[0].to, LifecycleState::Normal);
+}
+
+/// A pod as the controller creates it: `PreparingNormal`, its
+/// `InPlaceUpdateReady` gate not yet opened, not yet scheduled.
+fn new_unscheduled_pod(name: &str) -> Pod {
+    let mut pod = unready_pod(name, REV_B);
+    set_label(&mut pod, LABEL_LIFECYCLE_STATE, "PreparingNormal");
+    pod.spec.as_mut().unwrap().node_name = None;
+    if let Some(conditions) = pod.status.as_mut().unwrap().conditions.as_mut() {
+        conditions.retain(|c| c.type_ != "InPlaceUpdateReady");
+    }
+    pod
+}
+
+#[test]
+fn new_pod_opens_its_gate_and_turns_normal_in_one_write_once_scheduled() {
+    let cs = cloneset(1, "0", "1", "0");
+    let revisions = image_revisions(REV_B, REV_B);
+    let mut pod = new_unscheduled_pod("p0");
+    let waiting = run(&cs, std::slice::from_ref(&pod), &revisions, NO_GATES);
+    assert!(!waiting.modifies(), "nothing to write before scheduling");
+
+    pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
+    let plan = run(&cs, &[pod], &revisions, NO_GATES);
+    assert_eq!(
+        plan.in_place_complete,
+        vec![InPlaceCompletion {
+            pod: "p0".into(),
+            to: Some(LifecycleState::Normal)
+        }]
+    );
+    assert!(
+        plan.lifecycle.is_empty(),
+        "the label rides on the same write"
+    );
+}
+
+#[test]
+fn new_pod_with_pre_normal_hook_opens_its_gate_without_waiting_for_the_hook() {
+    let cs = with_lifecycle(
+        cloneset(1, "0", "1", "0"),
+        Lifecycle {
+            pre_normal: Some(label_hook("ready-hook")),
+            ..Default::default()
+        },
+    );
+    let revisions = image_revisions(REV_B, REV_B);
+    let mut pod = new_unscheduled_pod("p0");
+    let plan = run(&cs, std::slice::from_ref(&pod), &revisions, NO_GATES);
+    assert_eq!(
+        plan.in_place_complete,
+        vec![InPlaceCompletion {
+            pod: "p0".into(),
+            to: None
+        }]
+    );
+
+    set_label(&mut pod, "ready-hook", "true");
+    let plan = run(&cs, &[pod], &revisions, NO_GATES);
+    assert_eq!(
+        plan.in_place_complete,
+        vec![InPlaceCompletion {
+            pod: "p0".into(),
+            to: Some(LifecycleState::Normal)
+        }]
+    );
 }
 
 #[test]

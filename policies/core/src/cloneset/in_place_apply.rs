@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use super::in_place::InPlaceUpdateSpec;
+use super::plan::InPlaceCompletion;
 use super::pod_state::{LifecycleState, annotation, revision_label, short_hash};
 use super::{
     ANNOTATION_IN_PLACE_UPDATE_GRACE, ANNOTATION_IN_PLACE_UPDATE_STATE,
@@ -22,9 +23,15 @@ pub fn start_status_patch(now: Timestamp) -> Value {
     condition_patch("False", Some("StartInPlaceUpdate"), now)
 }
 
-/// The `pods/status` patch of a finished update (or a new pod's first one).
-pub fn ready_status_patch(now: Timestamp) -> Value {
-    condition_patch("True", None, now)
+/// The `pods/status` patch of a finished update (or a new pod's first one),
+/// with the lifecycle label it moves the pod to. The API server takes label
+/// changes through `pods/status` too, so the two are one write.
+pub fn ready_status_patch(completion: &InPlaceCompletion, now: Timestamp) -> Value {
+    let mut patch = condition_patch("True", None, now);
+    if let Some(to) = completion.to {
+        patch["metadata"] = lifecycle_patch(to)["metadata"].take();
+    }
+    patch
 }
 
 fn condition_patch(status: &str, reason: Option<&str>, now: Timestamp) -> Value {
@@ -202,6 +209,34 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": ready}]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_ready_status_patch_carries_the_lifecycle_label_it_moves_to() {
+        let now: Timestamp = "2026-12-06T05:00:00Z".parse().unwrap();
+        let condition = json!({"conditions": [{
+            "type": CONDITION_IN_PLACE_UPDATE_READY, "status": "True",
+            "lastTransitionTime": "2026-12-06T05:00:00Z",
+        }]});
+        let to_normal = InPlaceCompletion {
+            pod: "web-1".into(),
+            to: Some(LifecycleState::Normal),
+        };
+        assert_eq!(
+            ready_status_patch(&to_normal, now),
+            json!({
+                "metadata": {"labels": {LABEL_LIFECYCLE_STATE: "Normal"}},
+                "status": condition,
+            })
+        );
+        let gate_only = InPlaceCompletion {
+            pod: "web-1".into(),
+            to: None,
+        };
+        assert_eq!(
+            ready_status_patch(&gate_only, now),
+            json!({"status": condition})
+        );
     }
 
     #[test]

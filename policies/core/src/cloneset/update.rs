@@ -75,14 +75,8 @@ fn refresh(settings: &Settings, pods: &[&Pod], now: Timestamp, plan: &mut Plan) 
                 _ => plan.apply_graced.push(pod_name.clone()),
             }
         } else if has_in_place_gate(pod) && awaits_in_place_ready(pod) {
-            if is_in_place_update_completed(pod) {
-                let to = (state == Some(LifecycleState::Updating))
-                    .then(|| after_update_state(settings, pod));
-                plan.in_place_complete.push(InPlaceCompletion {
-                    pod: pod_name.clone(),
-                    to,
-                });
-            }
+            plan.in_place_complete
+                .extend(gate_opening(settings, pod, state));
         } else if let Some(to) = lifecycle_step(settings, pod, state) {
             plan.lifecycle.push(LifecycleChange {
                 pod: pod_name.clone(),
@@ -98,6 +92,38 @@ fn refresh(settings: &Settings, pods: &[&Pod], now: Timestamp, plan: &mut Plan) 
         }
     }
     plan.modifies()
+}
+
+/// Whether to set `InPlaceUpdateReady=True` on a gated pod now, and the
+/// lifecycle state the same write moves it to. A finished in-place update
+/// leaves `Updating`. A new pod (`PreparingNormal`, no preNormal hook)
+/// waits until it is scheduled, so that one write both opens its gate and
+/// makes it `Normal`; OpenKruise writes the two apart, but an unscheduled
+/// pod cannot turn Ready, so waiting costs it nothing.
+fn gate_opening(
+    settings: &Settings,
+    pod: &Pod,
+    state: Option<LifecycleState>,
+) -> Option<InPlaceCompletion> {
+    if !is_in_place_update_completed(pod) {
+        return None;
+    }
+    let to = match state {
+        Some(LifecycleState::Updating) => Some(after_update_state(settings, pod)),
+        Some(LifecycleState::PreparingNormal) => {
+            let to = lifecycle_step(settings, pod, state);
+            let waits_for_node = !hook_configured(settings.lifecycle.pre_normal.as_ref());
+            if to.is_none() && waits_for_node {
+                return None;
+            }
+            to
+        }
+        _ => None,
+    };
+    Some(InPlaceCompletion {
+        pod: name(pod).to_owned(),
+        to,
+    })
 }
 
 /// §7 transitions that need no update: `PreparingNormal` → `Normal` once

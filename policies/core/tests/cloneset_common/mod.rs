@@ -200,6 +200,10 @@ pub struct Sim {
     pub now: Timestamp,
     pub gates: FeatureGates,
     pub deletion: Deletion,
+    /// New pods are created with their `InPlaceUpdateReady` gate open and
+    /// turn `Normal` when scheduled, as the step tables assume; off, the
+    /// planner's own write does both (the write-count bench).
+    pub fold_gate_opening: bool,
     next_id: usize,
 }
 
@@ -213,6 +217,7 @@ impl Sim {
             now: t0(),
             gates: FeatureGates::default(),
             deletion: Deletion::Immediate,
+            fold_gate_opening: true,
             next_id,
         }
     }
@@ -248,13 +253,15 @@ impl Sim {
                 let name = format!("demo-new{}", self.next_id);
                 self.next_id += 1;
                 let mut pod = ready_pod(&name, &creation.revision);
-                // A new pod: unscheduled, Pending, not Ready. The refresh
-                // write that sets InPlaceUpdateReady=True on a new pod is
-                // folded into creation.
+                // A new pod: unscheduled, Pending, not Ready.
                 pod.metadata.creation_timestamp = Some(Time(self.now));
                 pod.spec.as_mut().unwrap().node_name = None;
-                pod.status.as_mut().unwrap().phase = Some("Pending".to_owned());
-                pod.status.as_mut().unwrap().container_statuses = None;
+                let status = pod.status.as_mut().unwrap();
+                status.phase = Some("Pending".to_owned());
+                status.container_statuses = None;
+                if !self.fold_gate_opening {
+                    status.conditions = None;
+                }
                 set_condition(&mut pod, "Ready", "False");
                 set_label(&mut pod, LABEL_LIFECYCLE_STATE, "PreparingNormal");
                 self.pods.push(pod);
@@ -337,8 +344,8 @@ impl Sim {
     }
 
     /// An external event: the named pod (or every pod not yet ready) is
-    /// scheduled, running its spec images and Ready. New pods also leave
-    /// `PreparingNormal` (the refresh write is folded in).
+    /// scheduled, running its spec images, and Ready if its gates are open.
+    /// New pods also leave `PreparingNormal` if `fold_gate_opening`.
     pub fn make_ready(&mut self, only: Option<&str>) {
         let now = self.now;
         for pod in &mut self.pods {
@@ -354,7 +361,9 @@ impl Sim {
                 "name": "app", "image": image, "imageID": format!("id-{image}"), "ready": true, "restartCount": 0
             })).unwrap()]);
             let labels = pod.metadata.labels.get_or_insert_default();
-            if labels.get(LABEL_LIFECYCLE_STATE).map(String::as_str) == Some("PreparingNormal") {
+            if self.fold_gate_opening
+                && labels.get(LABEL_LIFECYCLE_STATE).map(String::as_str) == Some("PreparingNormal")
+            {
                 labels.insert(LABEL_LIFECYCLE_STATE.to_owned(), "Normal".to_owned());
             }
             let gate_open = kruise_core::cloneset::is_running_and_ready(&{
