@@ -262,15 +262,20 @@ fn create_preparing_normal_pod_is_not_scheduled_should_stay_at_preparing_normal(
     assert!(!plan.modifies());
 }
 
-#[test]
-fn create_preparing_normal_with_pre_normal_hook_waits_for_all_hook_labels() {
-    let cs = with_lifecycle(
+/// One pod, with a preNormal hook on the label `key`.
+fn with_pre_normal_hook(key: &str) -> CloneSet {
+    with_lifecycle(
         cloneset(1, "0", "1", "0"),
         Lifecycle {
-            pre_normal: Some(label_hook("ready-hook")),
+            pre_normal: Some(label_hook(key)),
             ..Default::default()
         },
-    );
+    )
+}
+
+#[test]
+fn create_preparing_normal_with_pre_normal_hook_waits_for_all_hook_labels() {
+    let cs = with_pre_normal_hook("ready-hook");
     let mut pod = ready_pod("p0", REV_B);
     set_label(&mut pod, LABEL_LIFECYCLE_STATE, "PreparingNormal");
     assert!(
@@ -300,6 +305,14 @@ fn new_unscheduled_pod(name: &str) -> Pod {
     pod
 }
 
+/// The one write that opens pod `p0`'s gate, moving it `to` a state.
+fn opens_gate_of_p0(to: Option<LifecycleState>) -> Vec<InPlaceCompletion> {
+    vec![InPlaceCompletion {
+        pod: "p0".into(),
+        to,
+    }]
+}
+
 #[test]
 fn new_pod_opens_its_gate_and_turns_normal_in_one_write_once_scheduled() {
     let cs = cloneset(1, "0", "1", "0");
@@ -312,10 +325,7 @@ fn new_pod_opens_its_gate_and_turns_normal_in_one_write_once_scheduled() {
     let plan = run(&cs, &[pod], &revisions, NO_GATES);
     assert_eq!(
         plan.in_place_complete,
-        vec![InPlaceCompletion {
-            pod: "p0".into(),
-            to: Some(LifecycleState::Normal)
-        }]
+        opens_gate_of_p0(Some(LifecycleState::Normal))
     );
     assert!(
         plan.lifecycle.is_empty(),
@@ -325,32 +335,17 @@ fn new_pod_opens_its_gate_and_turns_normal_in_one_write_once_scheduled() {
 
 #[test]
 fn new_pod_with_pre_normal_hook_opens_its_gate_without_waiting_for_the_hook() {
-    let cs = with_lifecycle(
-        cloneset(1, "0", "1", "0"),
-        Lifecycle {
-            pre_normal: Some(label_hook("ready-hook")),
-            ..Default::default()
-        },
-    );
+    let cs = with_pre_normal_hook("ready-hook");
     let revisions = image_revisions(REV_B, REV_B);
     let mut pod = new_unscheduled_pod("p0");
     let plan = run(&cs, std::slice::from_ref(&pod), &revisions, NO_GATES);
-    assert_eq!(
-        plan.in_place_complete,
-        vec![InPlaceCompletion {
-            pod: "p0".into(),
-            to: None
-        }]
-    );
+    assert_eq!(plan.in_place_complete, opens_gate_of_p0(None));
 
     set_label(&mut pod, "ready-hook", "true");
     let plan = run(&cs, &[pod], &revisions, NO_GATES);
     assert_eq!(
         plan.in_place_complete,
-        vec![InPlaceCompletion {
-            pod: "p0".into(),
-            to: Some(LifecycleState::Normal)
-        }]
+        opens_gate_of_p0(Some(LifecycleState::Normal))
     );
 }
 
