@@ -26,6 +26,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
 
+/// talc instead of the dlmalloc of Rust's wasm targets: 2.3 KB less to
+/// download, as fast on the golden cases (README.md, "Size").
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 #[wasm_bindgen(typescript_custom_section)]
 const TYPES: &str = r#"
 /** A Kubernetes object as plain JSON (a Pod, a SidecarSet, …). */
