@@ -27,8 +27,9 @@ if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0
 fi
 npm ci --omit=optional --no-audit --no-fund
 
-step "Rust target and wasm-bindgen-cli (the wasm-bindgen version in Cargo.lock)"
-rustup target add wasm32-unknown-unknown
+step "Rust toolchain (scripts/toolchain.sh) and wasm-bindgen-cli (the wasm-bindgen version in Cargo.lock)"
+source scripts/toolchain.sh
+rustup toolchain install "$js_toolchain" --profile minimal --component rust-src
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 wanted=$(node scripts/wasm-bindgen-version.js)
 if [[ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wanted" ]]; then

@@ -15,7 +15,19 @@ fi
 
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
   node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).target_directory))')
-cargo build --locked -p kruise-wasm-js --lib --target wasm32-unknown-unknown --profile wasm-release
+# std rebuilt for this package (rust-src): sized by std's own
+# `optimize_for_size`, and `panic=immediate-abort`, with which a panic
+# traps at once instead of formatting a message that wasm32-unknown-unknown
+# has nowhere to print. Both are unstable, hence the pinned nightly.
+source scripts/toolchain.sh
+if ! rustup component list --toolchain "$js_toolchain" --installed 2>/dev/null | grep -q '^rust-src'; then
+  echo "the Rust toolchain $js_toolchain with rust-src is needed:" >&2
+  echo "  rustup toolchain install $js_toolchain --profile minimal --component rust-src" >&2
+  exit 1
+fi
+CARGO_ENCODED_RUSTFLAGS=$(printf '%s\x1f%s' -Zunstable-options -Cpanic=immediate-abort) \
+  cargo "+$js_toolchain" build --locked -p kruise-wasm-js --lib --target wasm32-unknown-unknown \
+  --profile wasm-release -Zbuild-std=std,panic_abort -Zbuild-std-features=optimize_for_size
 wasm="$target_dir/wasm32-unknown-unknown/wasm-release/kruise_wasm_js.wasm"
 
 wanted=$(node scripts/wasm-bindgen-version.js)
