@@ -19,6 +19,12 @@
 //!   the watch was down, as a plain watch's own re-list would, and better:
 //!   a plain watch never reports the vanished ones.
 //!
+//! Objects are kept without their `metadata.managedFields`: no controller
+//! reads them, and in a pod they are often as big as the rest of it, kept
+//! and cloned for every round. An update sent from a stored object leaves
+//! the API server's own record as it is (an absent list is not an empty
+//! one).
+//!
 //! A subscriber that stops reading holds the watch back (each has a
 //! bounded queue, whose depth is the `kruise_watch_queue_depth` metric);
 //! one that is dropped is forgotten. The watch stops when
@@ -221,7 +227,7 @@ async fn drive<K>(
     let mut listing = 0;
     while let Some(event) = events.next().await {
         let event = match event {
-            Ok(event) => event,
+            Ok(event) => event.modify(|object| object.meta_mut().managed_fields = None),
             Err(error) => {
                 tracing::warn!(%error, "shared watch failed; it restarts with backoff");
                 continue;
@@ -258,7 +264,13 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     match event {
-        watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+        watcher::Event::Apply(object) => {
+            writer.apply_watcher_event(event);
+            // The store's own copy, rather than one more clone.
+            let stored = writer.as_reader().get(&key::<K>(object));
+            vec![stored.unwrap_or_else(|| Arc::new(object.clone()))]
+        }
+        watcher::Event::Delete(object) => {
             writer.apply_watcher_event(event);
             vec![Arc::new(object.clone())]
         }
@@ -369,10 +381,11 @@ impl SharedWatches {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::collections::BTreeSet;
 
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use kube::api::ObjectMeta;
     use tokio::sync::mpsc::UnboundedSender;
 
@@ -462,6 +475,55 @@ mod tests {
             .map(|p| p.metadata.resource_version.clone())
             .collect();
         assert_eq!(stored, [Some("2".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn objects_are_kept_and_handed_on_without_managed_fields() {
+        let managed = |name: &str, version: &str| {
+            let mut pod = pod(name, version);
+            pod.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+                manager: Some("kubelet".to_owned()),
+                ..ManagedFieldsEntry::default()
+            }]);
+            pod
+        };
+        let (events, watch) = watch();
+        let mut subscription = Box::pin(watch.subscribe("test"));
+        list(&events, &[managed("a", "1")]);
+        let listed = next_object(&mut subscription).await;
+        events
+            .send(Ok(watcher::Event::Apply(managed("a", "2"))))
+            .unwrap();
+        let applied = next_object(&mut subscription).await;
+        events
+            .send(Ok(watcher::Event::Delete(managed("a", "3"))))
+            .unwrap();
+        let deleted = next_object(&mut subscription).await;
+        for pod in [&listed, &applied, &deleted] {
+            assert_eq!(pod.metadata.managed_fields, None, "{:?}", pod.metadata);
+        }
+        assert_eq!(applied.metadata.resource_version.as_deref(), Some("2"));
+        assert_eq!(deleted.metadata.resource_version.as_deref(), Some("3"));
+    }
+
+    #[tokio::test]
+    async fn an_applied_object_is_handed_on_as_the_store_holds_it() {
+        let (events, watch) = watch();
+        let mut subscription = Box::pin(watch.subscribe("test"));
+        list(&events, &[]);
+        events
+            .send(Ok(watcher::Event::Apply(pod("a", "1"))))
+            .unwrap();
+        let applied = next_object(&mut subscription).await;
+        let stored = watch.store().state();
+        assert!(Arc::ptr_eq(&applied, &stored[0]), "a second copy was made");
+    }
+
+    async fn next_object(subscription: &mut (impl Stream<Item = Arc<Pod>> + Unpin)) -> Arc<Pod> {
+        tokio::time::timeout(std::time::Duration::from_secs(10), subscription.next())
+            .await
+            .expect("no object came in 10 s")
+            .expect("the subscription ended")
     }
 
     #[tokio::test]

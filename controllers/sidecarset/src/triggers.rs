@@ -2,18 +2,19 @@
 //! the core's `sidecar_sets_of_pod` and `pod_update_enqueue`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{SidecarSet, Stored};
 use kruise_core::sidecarset::update::{PodKey, pod_update_enqueue, sidecar_sets_of_pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-/// Remembers the last version of every pod seen, so an update can be
-/// compared with what it replaced.
+/// Remembers the last version of every pod seen (the shared watch's own
+/// copy, not one more), so an update can be compared with what it
+/// replaced.
 pub struct PodTriggers {
     sidecar_sets: Store<Stored<SidecarSet>>,
-    last_seen: Mutex<HashMap<PodKey, Pod>>,
+    last_seen: Mutex<HashMap<PodKey, Arc<Pod>>>,
 }
 
 impl PodTriggers {
@@ -26,7 +27,7 @@ impl PodTriggers {
 
     /// The SidecarSets to reconcile for this pod event (an unreadable one
     /// concerns no pod).
-    pub fn triggers(&self, pod: &Pod) -> Vec<ObjectRef<Stored<SidecarSet>>> {
+    pub fn triggers(&self, pod: &Arc<Pod>) -> Vec<ObjectRef<Stored<SidecarSet>>> {
         let sets: Vec<SidecarSet> = self
             .sidecar_sets
             .state()
@@ -34,7 +35,7 @@ impl PodTriggers {
             .filter_map(|set| set.object.clone().ok())
             .collect();
         let old = self.remember(pod);
-        affected(old.as_ref(), pod, &sets)
+        affected(old.as_deref(), pod, &sets)
             .into_iter()
             .map(|name| ObjectRef::new(&name))
             .collect()
@@ -42,7 +43,7 @@ impl PodTriggers {
 
     /// Stores `pod` as the last seen version (a terminating pod is
     /// forgotten: its next event is its deletion) and returns the previous.
-    fn remember(&self, pod: &Pod) -> Option<Pod> {
+    fn remember(&self, pod: &Arc<Pod>) -> Option<Arc<Pod>> {
         let mut last_seen = self
             .last_seen
             .lock()
@@ -51,15 +52,15 @@ impl PodTriggers {
         if pod.metadata.deletion_timestamp.is_some() {
             last_seen.remove(&key)
         } else {
-            last_seen.insert(key, pod.clone())
+            last_seen.insert(key, Arc::clone(pod))
         }
     }
 }
 
 /// A pod seen for the first time (created, or deleted after its
 /// termination was seen) wakes every SidecarSet it concerns; an update only
-/// those for which the core says so (any delay it asks for is dropped: a
-/// round reads pods fresh from the API server).
+/// those for which the core says so (any delay it asks for is dropped: the
+/// shared store already holds the event when the round reads it).
 pub fn affected(old: Option<&Pod>, new: &Pod, sidecar_sets: &[SidecarSet]) -> Vec<String> {
     let names = sidecar_sets_of_pod(new, sidecar_sets, &BTreeMap::new());
     let Some(old) = old else {
@@ -135,15 +136,15 @@ mod tests {
     #[test]
     fn terminating_pods_are_forgotten() {
         let triggers = PodTriggers::new(kube::runtime::reflector::store::<Stored<SidecarSet>>().0);
-        let first = pod("1", true, "a");
+        let first = Arc::new(pod("1", true, "a"));
         assert!(triggers.remember(&first).is_none());
-        assert!(triggers.remember(&pod("2", true, "a")).is_some());
+        assert!(triggers.remember(&Arc::new(pod("2", true, "a"))).is_some());
         let mut terminating = pod("3", true, "a");
         terminating.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
-        assert!(triggers.remember(&terminating).is_some());
+        assert!(triggers.remember(&Arc::new(terminating)).is_some());
         assert!(triggers.remember(&first).is_none());
     }
 }
