@@ -132,7 +132,7 @@ pub(crate) struct Outcome {
 pub(crate) async fn execute(
     context: &Context,
     sidecar_set: &SidecarSet,
-    pods: &[Pod],
+    pods: &[&Pod],
     plan: &UpdatePlan,
 ) -> Result<Outcome, Error> {
     let client = &context.client;
@@ -248,7 +248,7 @@ async fn patch_condition(
     Ok(())
 }
 
-fn pod_reference(pods: &[Pod], key: &PodKey) -> ObjectReference {
+fn pod_reference(pods: &[&Pod], key: &PodKey) -> ObjectReference {
     let uid = pods
         .iter()
         .find(|p| PodKey::of(p) == *key)
@@ -279,13 +279,13 @@ mod tests {
             namespace: "ns".to_owned(),
             name: "p".to_owned(),
         };
-        let reference = pod_reference(std::slice::from_ref(&pod), &key);
+        let reference = pod_reference(&[&pod], &key);
         assert_eq!(reference.uid.as_deref(), Some("u-1"));
         assert_eq!(reference.kind.as_deref(), Some("Pod"));
         let unknown = PodKey {
             namespace: "ns".to_owned(),
             name: "q".to_owned(),
         };
-        assert_eq!(pod_reference(&[pod], &unknown).uid, None);
+        assert_eq!(pod_reference(&[&pod], &unknown).uid, None);
     }
 }

@@ -105,9 +105,10 @@ fn admitted(pod: &Pod, set: &SidecarSet) -> Pod {
 }
 
 fn plan(set: &SidecarSet, pods: &[Pod], expectations: &[ExpectedHash]) -> UpdatePlan {
+    let pods: Vec<&Pod> = pods.iter().collect();
     plan_update(&UpdateInput {
         sidecar_set: set,
-        pods,
+        pods: &pods,
         namespace_labels: &BTreeMap::new(),
         latest_revision: "rev",
         collision_count: Some(0),

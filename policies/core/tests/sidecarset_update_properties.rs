@@ -376,6 +376,7 @@ proptest! {
     ) {
         let config = Config { pods, max_unavailable, partition, hot: false, broken: 0, versions: 1, seed: 1 };
         let initial = initial_pods(&config);
+        let initial: Vec<&Pod> = initial.iter().collect();
         let set = set_for(&config, 2);
         let namespaces = BTreeMap::new();
         let planned = plan_update(&UpdateInput {

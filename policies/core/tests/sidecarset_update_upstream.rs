@@ -546,6 +546,7 @@ fn scope_namespace_pods() {
             pod
         })
         .collect();
+    let pods: Vec<&Pod> = pods.iter().collect();
     let none = BTreeMap::new();
     assert_eq!(matching_pods(&set, &pods, &none).unwrap().len(), 50);
 

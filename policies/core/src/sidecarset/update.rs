@@ -101,7 +101,9 @@ pub struct UpdateInput<'a> {
     /// The SidecarSet as stored (defaulted, hashes stamped).
     pub sidecar_set: &'a SidecarSet,
     /// Pods it could match, from any namespace; matching is done here.
-    pub pods: &'a [Pod],
+    /// Borrowed one by one, so a controller plans over its cache as it is
+    /// instead of copying every pod for every round.
+    pub pods: &'a [&'a Pod],
     /// Namespace name → labels, needed only for a `namespaceSelector`
     /// (a namespace missing here is out of scope).
     pub namespace_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
@@ -286,11 +288,11 @@ pub fn plan_update(input: &UpdateInput<'_>) -> Result<UpdatePlan, UpdateError> {
 /// Spec 02 §3 step 1: the pods the SidecarSet sees, in input order.
 pub fn matching_pods<'a>(
     sidecar_set: &SidecarSet,
-    pods: &'a [Pod],
+    pods: &[&'a Pod],
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Result<Vec<&'a Pod>, UpdateError> {
     let mut matched = Vec::new();
-    for pod in pods {
+    for &pod in pods {
         if pods::is_matching(sidecar_set, pod, namespace_labels)? {
             matched.push(pod);
         }
@@ -304,11 +306,21 @@ fn expectations_met(
     sidecar_set: &SidecarSet,
     expectations: &[ExpectedHash],
     matched: &[&Pod],
-    all: &[Pod],
+    all: &[&Pod],
 ) -> bool {
     let name = crate::sidecarset::sidecar_set_name(sidecar_set);
+    // Indexed once: a round may wait on hundreds of upgrades among
+    // thousands of pods. (Inserted one by one: `collect` would compile a
+    // sort of its own, src/ordered.rs.)
+    let mut by_key: BTreeMap<(&str, &str), &Pod> = BTreeMap::new();
+    for &pod in all {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        by_key.entry((namespace, pod_name)).or_insert(pod);
+    }
     expectations.iter().all(|expected| {
-        let Some(pod) = all.iter().find(|p| PodKey::of(p) == expected.pod) else {
+        let key = (expected.pod.namespace.as_str(), expected.pod.name.as_str());
+        let Some(&pod) = by_key.get(&key) else {
             return true;
         };
         if !matched.iter().any(|m| std::ptr::eq(*m, pod)) {

@@ -321,9 +321,10 @@ pub fn apply_change(change: &PodChange, pods: &mut [Pod]) {
 /// One reconcile round over `pods` with the latest revision `SET-rev`.
 pub fn round(set: &SidecarSet, pods: &[Pod]) -> UpdatePlan {
     let namespaces = BTreeMap::new();
+    let pods: Vec<&Pod> = pods.iter().collect();
     plan_update(&UpdateInput {
         sidecar_set: set,
-        pods,
+        pods: &pods,
         namespace_labels: &namespaces,
         latest_revision: "test-sidecarset-rev",
         collision_count: Some(0),
