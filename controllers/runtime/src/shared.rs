@@ -22,8 +22,8 @@
 //! Objects are kept without their `metadata.managedFields`: no controller
 //! reads them, and in a pod they are often as big as the rest of it, kept
 //! and cloned for every round. An update sent from a stored object leaves
-//! the API server's own record as it is (an absent list is not an empty
-//! one).
+//! the API server's own record as it is: the server keeps its
+//! managedFields when a write leaves them out.
 //!
 //! A subscriber that stops reading holds the watch back (each has a
 //! bounded queue, whose depth is the `kruise_watch_queue_depth` metric);
