@@ -251,7 +251,7 @@ async fn patch_condition(
 fn pod_reference(pods: &[&Pod], key: &PodKey) -> ObjectReference {
     let uid = pods
         .iter()
-        .find(|p| PodKey::of(p) == *key)
+        .find(|p| key.names(p))
         .and_then(|p| p.metadata.uid.clone());
     ObjectReference {
         api_version: Some("v1".to_owned()),

@@ -85,6 +85,20 @@ impl PodKey {
             name: pod.metadata.name.clone().unwrap_or_default(),
         }
     }
+
+    /// Whether `pod` is the one this key names, without copying its names
+    /// (the comparison runs over every pod of a round).
+    pub fn names(&self, pod: &Pod) -> bool {
+        borrowed_key(pod) == (self.namespace.as_str(), self.name.as_str())
+    }
+}
+
+/// A pod's namespace and name as [`PodKey`] reads them, borrowed.
+fn borrowed_key(pod: &Pod) -> (&str, &str) {
+    (
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// An upgrade the controller wrote and expects to see in its pod cache:
@@ -314,9 +328,7 @@ fn expectations_met(
     // sort of its own, src/ordered.rs.)
     let mut by_key: BTreeMap<(&str, &str), &Pod> = BTreeMap::new();
     for &pod in all {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        by_key.entry((namespace, pod_name)).or_insert(pod);
+        by_key.entry(borrowed_key(pod)).or_insert(pod);
     }
     expectations.iter().all(|expected| {
         let key = (expected.pod.namespace.as_str(), expected.pod.name.as_str());
