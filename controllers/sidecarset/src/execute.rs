@@ -14,7 +14,7 @@ use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 
 use kruise_controller_runtime::api_error::{is_conflict, is_not_found};
-use kruise_controller_runtime::expectations::OwnerWrites;
+use kruise_controller_runtime::expectations::{OwnerWrites, StoreRead};
 use kruise_controller_runtime::status::replace_status;
 
 use crate::{CONTROLLER_NAME, Context, Error, REVISION_NAMESPACE, ensure_revision_namespace};
@@ -33,33 +33,40 @@ fn params() -> PatchParams {
 
 /// Spec 02 §6: make the latest revision exist (create, or bump an older
 /// equal one), label it with the custom version, delete what the history
-/// limit drops. Returns its name and the collision count.
+/// limit drops. Returns its name and the collision count, or None while
+/// the revision watch lacks this SidecarSet's last revision writes (their
+/// events start the next round).
 pub(crate) async fn sync_revisions(
-    client: &Client,
+    context: &Context,
     sidecar_set: &SidecarSet,
     matched: &[&Pod],
-) -> Result<(String, i32), Error> {
-    let name = sidecar_set.metadata.name.clone().unwrap_or_default();
-    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), REVISION_NAMESPACE);
-    let owned = ListParams::default().labels(&format!("{REVISION_OWNER_LABEL}={name}"));
-    let mut existing = api.list(&owned).await?.items;
+) -> Result<Option<(String, i32)>, Error> {
+    let name = sidecar_set_name(sidecar_set);
+    let Some(mut existing) = read_revisions(context, name).await? else {
+        return Ok(None);
+    };
+    let api: Api<ControllerRevision> = Api::namespaced(context.client.clone(), REVISION_NAMESPACE);
+    let written = context.revisions.writes_of(name);
     for _ in 0..REVISION_ATTEMPTS {
         let plan = plan_revisions(sidecar_set, &existing, matched, REVISION_NAMESPACE);
         let latest = plan.latest.metadata.name.clone().unwrap_or_default();
         match &plan.write {
             RevisionWrite::None => {}
             RevisionWrite::Bump { name, revision } => {
-                api.patch(
-                    name,
-                    &params(),
-                    &Patch::Merge(json!({ "revision": revision })),
-                )
-                .await?;
+                let bumped = api
+                    .patch(
+                        name,
+                        &params(),
+                        &Patch::Merge(json!({ "revision": revision })),
+                    )
+                    .await?;
+                written.wrote(&bumped);
                 tracing::info!(sidecar_set = %sidecar_set_name(sidecar_set), revision = %name, "rolled back to an earlier revision");
             }
             RevisionWrite::Create(revision) => {
                 match api.create(&PostParams::default(), revision).await {
-                    Ok(_) => {
+                    Ok(created) => {
+                        written.wrote(&created);
                         tracing::info!(sidecar_set = %sidecar_set_name(sidecar_set), revision = %latest, "created revision");
                     }
                     Err(error) if is_conflict(&error) => {
@@ -70,7 +77,7 @@ pub(crate) async fn sync_revisions(
                         continue;
                     }
                     Err(error) if is_not_found(&error) => {
-                        ensure_revision_namespace(client).await?;
+                        ensure_revision_namespace(&context.client).await?;
                         continue;
                     }
                     Err(error) => return Err(error.into()),
@@ -79,11 +86,16 @@ pub(crate) async fn sync_revisions(
         }
         if let Some(version) = &plan.custom_version_label {
             let labels = json!({ "metadata": { "labels": { CUSTOM_VERSION_LABEL: version } } });
-            api.patch(&latest, &params(), &Patch::Merge(labels)).await?;
+            let labelled = api.patch(&latest, &params(), &Patch::Merge(labels)).await?;
+            written.wrote(&labelled);
         }
         for old in &plan.delete {
+            let uid = existing
+                .iter()
+                .find(|r| r.metadata.name.as_ref() == Some(old))
+                .and_then(|r| r.metadata.uid.as_deref());
             match api.delete(old, &DeleteParams::default()).await {
-                Ok(_) => {}
+                Ok(answer) => written.deleted(uid, answer.as_ref().left()),
                 Err(error) if is_not_found(&error) => {}
                 Err(error) => return Err(error.into()),
             }
@@ -91,9 +103,46 @@ pub(crate) async fn sync_revisions(
         if let Some(message) = &plan.truncate_error {
             tracing::error!(sidecar_set = %sidecar_set_name(sidecar_set), "{message}");
         }
-        return Ok((latest, plan.collision_count));
+        return Ok(Some((latest, plan.collision_count)));
     }
-    Err(Error::RevisionCollision(name))
+    Err(Error::RevisionCollision(name.to_owned()))
+}
+
+/// The SidecarSet's revisions: from the shared revision watch once it
+/// holds this controller's last revision writes (a round runs for nearly
+/// every pod event, and a LIST each time was most of the rollout's reads),
+/// else listed; None while the watch is behind.
+async fn read_revisions(
+    context: &Context,
+    name: &str,
+) -> Result<Option<Vec<ControllerRevision>>, kube::Error> {
+    let owned = |revision: &ControllerRevision| {
+        revision.metadata.namespace.as_deref() == Some(REVISION_NAMESPACE)
+            && revision
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(REVISION_OWNER_LABEL))
+                .is_some_and(|owner| owner == name)
+    };
+    match context.revisions.read(name) {
+        StoreRead::Current(revisions) => Ok(Some(
+            revisions
+                .iter()
+                .filter(|revision| owned(revision))
+                .map(|revision| ControllerRevision::clone(revision))
+                .collect(),
+        )),
+        StoreRead::Behind => Ok(None),
+        StoreRead::ReadFresh => {
+            let api: Api<ControllerRevision> =
+                Api::namespaced(context.client.clone(), REVISION_NAMESPACE);
+            let selector = ListParams::default().labels(&format!("{REVISION_OWNER_LABEL}={name}"));
+            let listed = api.list(&selector).await?.items;
+            context.revisions.listed(name);
+            Ok(Some(listed))
+        }
+    }
 }
 
 fn sidecar_set_name(sidecar_set: &SidecarSet) -> &str {

@@ -102,6 +102,8 @@ pub(crate) struct Context {
     /// Where pods are read, and this controller's pod writes noted (per
     /// SidecarSet name), so a round never plans on a store without them.
     pub pods: WatchReads<Pod>,
+    /// The same for the SidecarSets' ControllerRevisions.
+    pub revisions: WatchReads<ControllerRevision>,
     /// The planner's own expectations (pods it upgraded, whose new
     /// revision it waits to see).
     pub expectations: expectations::Expectations,
@@ -110,11 +112,16 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    pub(crate) fn new(client: Client, pods: WatchReads<Pod>) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        pods: WatchReads<Pod>,
+        revisions: WatchReads<ControllerRevision>,
+    ) -> Self {
         Self {
             events: Events::new(client.clone(), CONTROLLER_NAME),
             client,
             pods,
+            revisions,
             expectations: expectations::Expectations::default(),
             defaulted: defaults::Defaulted::default(),
             // A SidecarSet retries at least once a minute.
@@ -134,7 +141,8 @@ pub async fn run(client: Client, watches: SharedWatches) {
         tracing::warn!(%error, "cannot ensure namespace {REVISION_NAMESPACE}; retrying when a revision is written");
     }
     let pods = WatchReads::from_watch(watches.pods().clone());
-    let context = Arc::new(Context::new(client.clone(), pods));
+    let revisions = WatchReads::from_watch(watches.revisions().clone());
+    let context = Arc::new(Context::new(client.clone(), pods, revisions));
     // Stored<_>: one SidecarSet our types cannot read must not fail the
     // watch of all the others (reconcile reports and skips it).
     let controller = Controller::new(

@@ -76,8 +76,11 @@ pub(crate) async fn reconcile_once(
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let namespace_labels = namespace_labels(client, &sidecar_set).await?;
     let matched = matching_pods(&sidecar_set, &pods, &namespace_labels)?;
-    let (latest_revision, collision_count) =
-        execute::sync_revisions(client, &sidecar_set, &matched).await?;
+    let Some((latest_revision, collision_count)) =
+        execute::sync_revisions(context, &sidecar_set, &matched).await?
+    else {
+        return Ok(Action::requeue(seconds(1)));
+    };
 
     let expectations = context.expectations.current(&name);
     let input = UpdateInput {
@@ -270,17 +273,24 @@ mod tests {
 mod fake_api_tests {
     #![allow(clippy::unwrap_used)]
 
+    use futures::StreamExt as _;
+    use k8s_openapi::api::apps::v1::ControllerRevision;
     use k8s_openapi::api::core::v1::Pod;
     use kruise_api::KruiseObject as _;
     use kruise_controller_runtime::expectations::WatchReads;
+    use kruise_controller_runtime::shared::SharedWatch;
     use kruise_controller_runtime::testing::{FakeApi, container_images};
     use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
+    use kube::runtime::watcher;
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::REVISION_NAMESPACE;
+    use kruise_core::sidecarset::update::REVISION_OWNER_LABEL;
 
     const SET: &str = "/apis/apps.kruise.io/v1alpha1/sidecarsets/scs-demo";
     const POD: &str = "/api/v1/namespaces/default/pods/web";
+    const REVISIONS: &str = "/apis/apps/v1/namespaces/kruise-system/controllerrevisions";
 
     /// The seed SidecarSet (sidecarset-scs-demo.yaml) with `image`, as
     /// stored: defaulted, with a uid and a generation.
@@ -350,7 +360,11 @@ mod fake_api_tests {
         let set = sidecar_set("busybox", 1);
         api.insert("pods", injected_pod(&set));
         api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(api.client(), WatchReads::api_only()));
+        let context = Arc::new(Context::new(
+            api.client(),
+            WatchReads::api_only(),
+            WatchReads::api_only(),
+        ));
 
         round(&api, &context).await;
         let after_first = api.writes().len();
@@ -383,7 +397,11 @@ mod fake_api_tests {
         api.insert("pods", injected_pod(&sidecar_set("busybox:1.34.0", 1)));
         let set = sidecar_set("busybox:1.35.0", 2);
         api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(api.client(), WatchReads::api_only()));
+        let context = Arc::new(Context::new(
+            api.client(),
+            WatchReads::api_only(),
+            WatchReads::api_only(),
+        ));
 
         round(&api, &context).await;
 
@@ -391,5 +409,104 @@ mod fake_api_tests {
         assert_eq!(images, ["sidecar1=busybox:1.35.0", "nginx=nginx:1"]);
         let spec_writes = api.writes().into_iter().filter(|w| w.path == POD).count();
         assert_eq!(spec_writes, 1, "one patch upgrades the pod");
+    }
+
+    fn revision_requests(api: &FakeApi) -> Vec<String> {
+        api.seen()
+            .into_iter()
+            .filter(|s| s.path.starts_with(REVISIONS))
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect()
+    }
+
+    /// Revisions come from the watch once it shows the round's own
+    /// revision writes: no LIST per round, and a round on a store without
+    /// the new revision, or still with the one it deleted, waits instead
+    /// of writing them again.
+    #[tokio::test]
+    async fn rounds_read_revisions_from_the_watch_once_it_has_their_writes() {
+        let api = FakeApi::default();
+        api.insert(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        );
+        let mut set = sidecar_set("busybox", 1);
+        api.insert("pods", injected_pod(&set));
+        set.spec.revision_history_limit = Some(1);
+        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
+        // An earlier spec's revision, used by no pod: the limit drops it.
+        let old = api.insert(
+            "controllerrevisions",
+            json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                   "metadata": {"name": "scs-demo-old", "namespace": REVISION_NAMESPACE,
+                                "uid": "old-uid", "labels": {REVISION_OWNER_LABEL: "scs-demo"}},
+                   "revision": 1, "data": {"spec": {"containers": []}}}),
+        );
+        let (events, received) = futures::channel::mpsc::unbounded();
+        let watch = SharedWatch::from_events(received.map(Ok));
+        let old: ControllerRevision = serde_json::from_value(old).unwrap();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(old.clone()),
+            watcher::Event::InitDone,
+        ] {
+            events.unbounded_send(event).unwrap();
+        }
+        while !watch.is_listed() {
+            tokio::task::yield_now().await;
+        }
+        let revisions = WatchReads::from_watch(watch.clone());
+        let context = Arc::new(Context::new(
+            api.client(),
+            WatchReads::api_only(),
+            revisions,
+        ));
+
+        round(&api, &context).await;
+        let written = [
+            format!("POST {REVISIONS}"),
+            format!("DELETE {REVISIONS}/scs-demo-old"),
+        ];
+        assert_eq!(
+            revision_requests(&api),
+            written,
+            "planned from the store, without a LIST"
+        );
+        assert_eq!(round(&api, &context).await, Action::requeue(seconds(1)));
+        assert_eq!(
+            revision_requests(&api),
+            written,
+            "the store lacks both writes: no request, nothing written twice"
+        );
+        // The new revision arrives first: the deleted one is still there.
+        let listed = Api::<ControllerRevision>::namespaced(api.client(), REVISION_NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        for revision in listed.items {
+            events
+                .unbounded_send(watcher::Event::Apply(revision))
+                .unwrap();
+        }
+        while watch.store().state().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(round(&api, &context).await, Action::requeue(seconds(1)));
+        assert_eq!(revision_requests(&api).len(), written.len() + 1);
+
+        events.unbounded_send(watcher::Event::Delete(old)).unwrap();
+        let mut waits = 0;
+        while round(&api, &context).await == Action::requeue(seconds(1)) {
+            waits += 1;
+            assert!(waits < 100, "the store never caught up");
+            tokio::task::yield_now().await;
+        }
+        let mut expected = written.to_vec();
+        expected.push(format!("GET {REVISIONS}"));
+        assert_eq!(
+            revision_requests(&api),
+            expected,
+            "nothing more than the test's own LIST"
+        );
     }
 }
