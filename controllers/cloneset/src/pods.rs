@@ -9,7 +9,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
 use kruise_controller_runtime::context::Context;
-use kruise_controller_runtime::expectations::{StoreRead, WatchReads};
+use kruise_controller_runtime::expectations::WatchReads;
 use kruise_core::owner::is_controlled_by;
 use kruise_core::selector::{matches, to_selector_string, validate};
 use kube::api::ListParams;
@@ -41,34 +41,23 @@ pub async fn read(
     key: &str,
 ) -> Result<PodRead, ReconcileError> {
     let selector = &cloneset.spec.selector;
-    match context.pods.read(key) {
-        StoreRead::Current(pods) => {
-            // A selector the API server would refuse must not read as "no
-            // pods": the plan would create them all.
-            validate(selector).map_err(|e| ReconcileError::Selector(e.to_string()))?;
-            let owned = pods
-                .iter()
-                .filter(|pod| pod.namespace().as_deref() == Some(namespace))
-                .filter(|pod| is_controlled_by(&pod.metadata, uid))
-                .filter(|pod| matches(selector, pod.labels()).unwrap_or(false))
-                .map(|pod| Pod::clone(pod))
-                .collect();
-            Ok(PodRead::Pods(owned))
-        }
-        StoreRead::Behind => Ok(PodRead::Wait),
-        StoreRead::ReadFresh => {
-            let listed = Api::<Pod>::namespaced(context.shared.client.clone(), namespace)
-                .list(&ListParams::default().labels(&to_selector_string(selector)))
-                .await
-                .map_err(ReconcileError::api("list pods"))?;
-            context.pods.listed(key);
-            Ok(PodRead::Pods(
-                listed
-                    .items
-                    .into_iter()
-                    .filter(|pod| is_controlled_by(&pod.metadata, uid))
-                    .collect(),
-            ))
-        }
-    }
+    // A selector the API server would refuse must not read as "no pods":
+    // the plan would create them all.
+    validate(selector).map_err(|e| ReconcileError::Selector(e.to_string()))?;
+    let api = Api::<Pod>::namespaced(context.shared.client.clone(), namespace);
+    let params = ListParams::default().labels(&to_selector_string(selector));
+    let owned = |pod: &Pod| {
+        pod.namespace().as_deref() == Some(namespace)
+            && is_controlled_by(&pod.metadata, uid)
+            && matches(selector, pod.labels()).unwrap_or(false)
+    };
+    let read = context
+        .pods
+        .read_or_list(key, &api, &params, owned)
+        .await
+        .map_err(ReconcileError::api("list pods"))?;
+    Ok(match read {
+        Some(pods) => PodRead::Pods(pods.iter().map(|pod| Pod::clone(pod)).collect()),
+        None => PodRead::Wait,
+    })
 }

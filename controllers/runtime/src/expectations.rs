@@ -19,7 +19,8 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::Resource;
+use kube::api::ListParams;
+use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::shared::SharedWatch;
@@ -131,16 +132,16 @@ pub struct WatchReads<K: Resource<DynamicType = ()> + Clone + Debug + 'static> {
     expectations: Expectations,
 }
 
-/// What an owner's round reads.
+/// What the store can tell an owner's round.
 #[derive(Debug)]
-pub enum StoreRead<K> {
+enum StoreRead<K> {
     /// Every object in the store, which holds all the owner's writes.
     Current(Vec<Arc<K>>),
     /// The store lacks some of the owner's writes: wait for their watch
     /// events, which start the next round.
     Behind,
     /// No store to trust (none, not listed yet, or lagging too long):
-    /// list from the API server, then call [`WatchReads::listed`].
+    /// list from the API server.
     ReadFresh,
 }
 
@@ -162,7 +163,38 @@ where
         }
     }
 
-    pub fn read(&self, owner: &str) -> StoreRead<K> {
+    /// The objects `owner`'s round reads, those `keep` keeps: the store's
+    /// own copies once it holds the owner's writes; listed through `api`
+    /// with `params` (a consistent read) when the store cannot be trusted;
+    /// None while it lacks some of the owner's writes (their watch events
+    /// start the next round).
+    pub async fn read_or_list(
+        &self,
+        owner: &str,
+        api: &Api<K>,
+        params: &ListParams,
+        keep: impl Fn(&K) -> bool,
+    ) -> Result<Option<Vec<Arc<K>>>, kube::Error> {
+        match self.read(owner) {
+            StoreRead::Current(objects) => {
+                Ok(Some(objects.into_iter().filter(|o| keep(o)).collect()))
+            }
+            StoreRead::Behind => Ok(None),
+            StoreRead::ReadFresh => {
+                let listed = api.list(params).await?.items;
+                self.expectations.forget(owner);
+                Ok(Some(
+                    listed
+                        .into_iter()
+                        .filter(|o| keep(o))
+                        .map(Arc::new)
+                        .collect(),
+                ))
+            }
+        }
+    }
+
+    fn read(&self, owner: &str) -> StoreRead<K> {
         let Some(watch) = self.watch.as_ref().filter(|w| w.is_listed()) else {
             return StoreRead::ReadFresh;
         };
@@ -195,11 +227,6 @@ where
                 StoreRead::ReadFresh
             }
         }
-    }
-
-    /// After the owner read fresh from the API server.
-    pub fn listed(&self, owner: &str) {
-        self.expectations.forget(owner);
     }
 
     /// Where `owner`'s writes are noted.

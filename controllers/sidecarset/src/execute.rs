@@ -14,7 +14,7 @@ use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 
 use kruise_controller_runtime::api_error::{is_conflict, is_not_found};
-use kruise_controller_runtime::expectations::{OwnerWrites, StoreRead};
+use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_controller_runtime::status::replace_status;
 
 use crate::{CONTROLLER_NAME, Context, Error, REVISION_NAMESPACE, ensure_revision_namespace};
@@ -42,10 +42,10 @@ pub(crate) async fn sync_revisions(
     matched: &[&Pod],
 ) -> Result<Option<(String, i32)>, Error> {
     let name = sidecar_set_name(sidecar_set);
-    let Some(mut existing) = read_revisions(context, name).await? else {
+    let api: Api<ControllerRevision> = Api::namespaced(context.client.clone(), REVISION_NAMESPACE);
+    let Some(mut existing) = read_revisions(context, &api, name).await? else {
         return Ok(None);
     };
-    let api: Api<ControllerRevision> = Api::namespaced(context.client.clone(), REVISION_NAMESPACE);
     let written = context.revisions.writes_of(name);
     for _ in 0..REVISION_ATTEMPTS {
         let plan = plan_revisions(sidecar_set, &existing, matched, REVISION_NAMESPACE);
@@ -114,6 +114,7 @@ pub(crate) async fn sync_revisions(
 /// else listed; None while the watch is behind.
 async fn read_revisions(
     context: &Context,
+    api: &Api<ControllerRevision>,
     name: &str,
 ) -> Result<Option<Vec<ControllerRevision>>, kube::Error> {
     let owned = |revision: &ControllerRevision| {
@@ -125,24 +126,17 @@ async fn read_revisions(
                 .and_then(|labels| labels.get(REVISION_OWNER_LABEL))
                 .is_some_and(|owner| owner == name)
     };
-    match context.revisions.read(name) {
-        StoreRead::Current(revisions) => Ok(Some(
-            revisions
-                .iter()
-                .filter(|revision| owned(revision))
-                .map(|revision| ControllerRevision::clone(revision))
-                .collect(),
-        )),
-        StoreRead::Behind => Ok(None),
-        StoreRead::ReadFresh => {
-            let api: Api<ControllerRevision> =
-                Api::namespaced(context.client.clone(), REVISION_NAMESPACE);
-            let selector = ListParams::default().labels(&format!("{REVISION_OWNER_LABEL}={name}"));
-            let listed = api.list(&selector).await?.items;
-            context.revisions.listed(name);
-            Ok(Some(listed))
-        }
-    }
+    let params = ListParams::default().labels(&format!("{REVISION_OWNER_LABEL}={name}"));
+    let read = context
+        .revisions
+        .read_or_list(name, api, &params, owned)
+        .await?;
+    Ok(read.map(|revisions| {
+        revisions
+            .iter()
+            .map(|r| ControllerRevision::clone(r))
+            .collect()
+    }))
 }
 
 fn sidecar_set_name(sidecar_set: &SidecarSet) -> &str {

@@ -24,8 +24,9 @@
 //! round waits; a store that lags too long is bypassed by a LIST, as is one
 //! not listed yet: see `kruise_controller_runtime::expectations`). A round
 //! started by a pod event sees at least that event, since the store takes
-//! each change before it is handed on. The planner's own expectations are
-//! still kept in memory and handed back, as it asks.
+//! each change before it is handed on. The SidecarSet's ControllerRevisions
+//! are read the same way from the shared revision watch. The planner's own
+//! expectations are still kept in memory and handed back, as it asks.
 //!
 //! Differences from OpenKruise's controller:
 //! * A pod event that the core schedules with a delay

@@ -7,7 +7,6 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{SidecarSet, Stored};
 use kruise_controller_runtime::api_error::is_conflict;
-use kruise_controller_runtime::expectations::StoreRead;
 use kruise_core::sidecarset::prepare_stored;
 use kruise_core::sidecarset::update::{
     Stage, UpdateInput, UpdatePlan, compute_status, matching_pods, plan_update,
@@ -168,34 +167,21 @@ async fn read_pods(
         .selector
         .clone()
         .and_then(|s| Selector::try_from(s).ok());
-    match context.pods.read(name) {
-        StoreRead::Current(pods) => Ok(Some(
-            pods.into_iter()
-                .filter(|pod| {
-                    namespace.is_none_or(|ns| pod.metadata.namespace.as_deref() == Some(ns))
-                })
-                .filter(|pod| {
-                    let none = BTreeMap::new();
-                    let labels = pod.metadata.labels.as_ref().unwrap_or(&none);
-                    selector.as_ref().is_none_or(|s| s.matches(labels))
-                })
-                .collect(),
-        )),
-        StoreRead::Behind => Ok(None),
-        StoreRead::ReadFresh => {
-            let api: Api<Pod> = match namespace {
-                Some(namespace) => Api::namespaced(context.client.clone(), namespace),
-                None => Api::all(context.client.clone()),
-            };
-            let mut params = ListParams::default();
-            if let Some(selector) = &selector {
-                params = params.labels_from(selector);
-            }
-            let listed = api.list(&params).await?.items;
-            context.pods.listed(name);
-            Ok(Some(listed.into_iter().map(Arc::new).collect()))
-        }
+    let api: Api<Pod> = match namespace {
+        Some(namespace) => Api::namespaced(context.client.clone(), namespace),
+        None => Api::all(context.client.clone()),
+    };
+    let mut params = ListParams::default();
+    if let Some(selector) = &selector {
+        params = params.labels_from(selector);
     }
+    let none = BTreeMap::new();
+    let keep = |pod: &Pod| {
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&none);
+        namespace.is_none_or(|ns| pod.metadata.namespace.as_deref() == Some(ns))
+            && selector.as_ref().is_none_or(|s| s.matches(labels))
+    };
+    context.pods.read_or_list(name, &api, &params, keep).await
 }
 
 async fn namespace_labels(
