@@ -31,8 +31,11 @@
 //! Differences from OpenKruise's controller:
 //! * A pod event that the core schedules with a delay
 //!   ([`pod_update_enqueue`](kruise_core::sidecarset::update::pod_update_enqueue)
-//!   returning 5 s) reconciles at once: the store already holds the
-//!   event, so kubelet's status is never missed.
+//!   returning 5 s) is not put off by 5 s: the store already holds the
+//!   event, so kubelet's status is never missed. Instead the rounds of one
+//!   SidecarSet start at most once a second, whatever starts them (the
+//!   `pacing` module): a burst of pod events costs one round, not one
+//!   each.
 //! * While a rollout is unfinished the SidecarSet is also reconciled every
 //!   [`RESYNC_SECONDS`], as a safety net for missed pod events.
 //! * The SidecarSet hashes are those the injection webhook uses: the stored
@@ -48,13 +51,15 @@
 mod defaults;
 mod execute;
 mod expectations;
+mod pacing;
 mod reconcile;
 mod triggers;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::{SidecarSet, Stored};
@@ -110,6 +115,7 @@ pub(crate) struct Context {
     pub expectations: expectations::Expectations,
     pub defaulted: defaults::Defaulted,
     pub backoff: Backoff,
+    pub pacing: pacing::Pacing,
 }
 
 impl Context {
@@ -127,6 +133,7 @@ impl Context {
             defaulted: defaults::Defaulted::default(),
             // A SidecarSet retries at least once a minute.
             backoff: Backoff::with_max(Duration::from_mins(1)),
+            pacing: pacing::Pacing::default(),
         }
     }
 }
@@ -159,11 +166,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
         .watches_shared_stream(watches.revisions().subscribe(CONTROLLER_NAME), |revision| {
             revision_owner(&revision)
         })
-        .run(
-            metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
-            error_policy,
-            context.clone(),
-        )
+        .run(paced_reconcile(), error_policy, context.clone())
         .for_each(|result| {
             match result {
                 // Failures are already logged by `error_policy`.
@@ -171,12 +174,26 @@ pub async fn run(client: Client, watches: SharedWatches) {
                 // A SidecarSet deleted while queued: nothing left to wait for.
                 Err(ControllerError::ObjectNotFound(reference)) => {
                     context.expectations.forget(&reference.name);
+                    context.pacing.forget(&reference.name);
                 }
                 Err(error) => tracing::warn!(%error, "SidecarSet controller"),
             }
             futures::future::ready(())
         })
         .await;
+}
+
+/// The timed reconcile, started at most once per
+/// [`pacing::ROUND_INTERVAL`] for each SidecarSet; a round put off
+/// returns at once, asking to be run when the interval is over (and is
+/// neither timed nor counted).
+fn paced_reconcile()
+-> impl Fn(Arc<Stored<SidecarSet>>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>> {
+    let timed = metrics::timed(CONTROLLER_NAME, reconcile::reconcile);
+    move |sidecar_set, context| match context.pacing.start(sidecar_set.name(), Instant::now()) {
+        Some(wait) => Box::pin(futures::future::ready(Ok(Action::requeue(wait)))),
+        None => timed(sidecar_set, context),
+    }
 }
 
 /// The SidecarSet a revision in [`REVISION_NAMESPACE`] belongs to (the

@@ -27,6 +27,7 @@ pub(crate) async fn reconcile(
     let name = stored.name().to_owned();
     if stored.metadata.deletion_timestamp.is_some() {
         context.expectations.forget(&name);
+        context.pacing.forget(&name);
         return Ok(Action::await_change());
     }
     let set = match &stored.object {
