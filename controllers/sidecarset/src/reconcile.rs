@@ -276,6 +276,7 @@ mod fake_api_tests {
     use kruise_core::sidecarset::update::REVISION_OWNER_LABEL;
 
     const SET: &str = "/apis/apps.kruise.io/v1alpha1/sidecarsets/scs-demo";
+    const SET_NAME: &str = "scs-demo";
     const POD: &str = "/api/v1/namespaces/default/pods/web";
     const REVISIONS: &str = "/apis/apps/v1/namespaces/kruise-system/controllerrevisions";
 
@@ -396,6 +397,37 @@ mod fake_api_tests {
         assert_eq!(images, ["sidecar1=busybox:1.35.0", "nginx=nginx:1"]);
         let spec_writes = api.writes().into_iter().filter(|w| w.path == POD).count();
         assert_eq!(spec_writes, 1, "one patch upgrades the pod");
+    }
+
+    #[tokio::test]
+    async fn a_round_within_a_second_of_the_last_is_put_off_without_a_request() {
+        let api = FakeApi::default();
+        api.insert(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        );
+        let set = sidecar_set("busybox", 1);
+        api.insert("pods", injected_pod(&set));
+        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
+        let context = Arc::new(Context::new(
+            api.client(),
+            WatchReads::api_only(),
+            WatchReads::api_only(),
+        ));
+        let stored: Arc<Stored<SidecarSet>> =
+            Arc::new(serde_json::from_value(api.get(SET).unwrap()).unwrap());
+        let paced = crate::paced_reconcile();
+
+        let settled = paced(stored.clone(), context.clone()).await.unwrap();
+        assert_eq!(settled, Action::await_change(), "the first round runs");
+        let requests = api.seen().len();
+        let put_off = paced(stored.clone(), context.clone()).await.unwrap();
+        assert_ne!(put_off, Action::await_change(), "asked to run later");
+        assert_eq!(api.seen().len(), requests, "and read nothing");
+
+        context.pacing.forget(SET_NAME);
+        paced(stored, context.clone()).await.unwrap();
+        assert!(api.seen().len() > requests, "a forgotten set runs at once");
     }
 
     fn revision_requests(api: &FakeApi) -> Vec<String> {
