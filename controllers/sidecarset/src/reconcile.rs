@@ -332,6 +332,31 @@ mod fake_api_tests {
         pod
     }
 
+    /// Namespace `default`, pod `web` as injected by `injected_by`, and
+    /// `sidecar_set` stored.
+    fn cluster(injected_by: &SidecarSet, sidecar_set: &SidecarSet) -> FakeApi {
+        let api = FakeApi::default();
+        api.insert(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        );
+        api.insert("pods", injected_pod(injected_by));
+        api.insert("sidecarsets", serde_json::to_value(sidecar_set).unwrap());
+        api
+    }
+
+    /// A context whose pods (and, unless given, revisions) are listed.
+    fn listing_context(
+        api: &FakeApi,
+        revisions: Option<WatchReads<ControllerRevision>>,
+    ) -> Arc<Context> {
+        Arc::new(Context::new(
+            api.client(),
+            WatchReads::api_only(),
+            revisions.unwrap_or_else(WatchReads::api_only),
+        ))
+    }
+
     async fn round(api: &FakeApi, context: &Arc<Context>) -> Action {
         let stored: Stored<SidecarSet> = serde_json::from_value(api.get(SET).unwrap()).unwrap();
         reconcile(Arc::new(stored), context.clone()).await.unwrap()
@@ -339,20 +364,9 @@ mod fake_api_tests {
 
     #[tokio::test]
     async fn a_pod_whose_sidecar_is_current_is_not_written() {
-        let api = FakeApi::default();
-        api.insert(
-            "namespaces",
-            json!({"apiVersion": "v1", "kind": "Namespace",
-                                         "metadata": {"name": "default"}}),
-        );
         let set = sidecar_set("busybox", 1);
-        api.insert("pods", injected_pod(&set));
-        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(
-            api.client(),
-            WatchReads::api_only(),
-            WatchReads::api_only(),
-        ));
+        let api = cluster(&set, &set);
+        let context = listing_context(&api, None);
 
         round(&api, &context).await;
         let after_first = api.writes().len();
@@ -377,19 +391,11 @@ mod fake_api_tests {
     /// `UpdateImmutableField`).
     #[tokio::test]
     async fn a_new_sidecar_image_is_patched_into_the_running_pod() {
-        let api = FakeApi::default();
-        api.insert(
-            "namespaces",
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        let api = cluster(
+            &sidecar_set("busybox:1.34.0", 1),
+            &sidecar_set("busybox:1.35.0", 2),
         );
-        api.insert("pods", injected_pod(&sidecar_set("busybox:1.34.0", 1)));
-        let set = sidecar_set("busybox:1.35.0", 2);
-        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(
-            api.client(),
-            WatchReads::api_only(),
-            WatchReads::api_only(),
-        ));
+        let context = listing_context(&api, None);
 
         round(&api, &context).await;
 
@@ -401,19 +407,9 @@ mod fake_api_tests {
 
     #[tokio::test]
     async fn a_round_within_a_second_of_the_last_is_put_off_without_a_request() {
-        let api = FakeApi::default();
-        api.insert(
-            "namespaces",
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
-        );
         let set = sidecar_set("busybox", 1);
-        api.insert("pods", injected_pod(&set));
-        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
-        let context = Arc::new(Context::new(
-            api.client(),
-            WatchReads::api_only(),
-            WatchReads::api_only(),
-        ));
+        let api = cluster(&set, &set);
+        let context = listing_context(&api, None);
         let stored: Arc<Stored<SidecarSet>> =
             Arc::new(serde_json::from_value(api.get(SET).unwrap()).unwrap());
         let paced = crate::paced_reconcile();
@@ -444,15 +440,9 @@ mod fake_api_tests {
     /// of writing them again.
     #[tokio::test]
     async fn rounds_read_revisions_from_the_watch_once_it_has_their_writes() {
-        let api = FakeApi::default();
-        api.insert(
-            "namespaces",
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
-        );
         let mut set = sidecar_set("busybox", 1);
-        api.insert("pods", injected_pod(&set));
         set.spec.revision_history_limit = Some(1);
-        api.insert("sidecarsets", serde_json::to_value(set).unwrap());
+        let api = cluster(&set, &set);
         // An earlier spec's revision, used by no pod: the limit drops it.
         let old = api.insert(
             "controllerrevisions",
@@ -474,12 +464,7 @@ mod fake_api_tests {
         while !watch.is_listed() {
             tokio::task::yield_now().await;
         }
-        let revisions = WatchReads::from_watch(watch.clone());
-        let context = Arc::new(Context::new(
-            api.client(),
-            WatchReads::api_only(),
-            revisions,
-        ));
+        let context = listing_context(&api, Some(WatchReads::from_watch(watch.clone())));
 
         round(&api, &context).await;
         let written = [
