@@ -15,12 +15,27 @@ use std::time::{Duration, Instant};
 pub const ROUND_INTERVAL: Duration = Duration::from_secs(1);
 
 /// When each SidecarSet's last round started.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Pacing {
+    interval: Duration,
     last_start: Mutex<HashMap<String, Instant>>,
 }
 
+impl Default for Pacing {
+    fn default() -> Self {
+        Self::with_interval(ROUND_INTERVAL)
+    }
+}
+
 impl Pacing {
+    /// Rounds at least `interval` apart ([`ROUND_INTERVAL`] by default).
+    pub fn with_interval(interval: Duration) -> Self {
+        Self {
+            interval,
+            last_start: Mutex::default(),
+        }
+    }
+
     /// None: a round of `sidecar_set` may start `now` (and is noted as
     /// started); else how long until one may.
     pub fn start(&self, sidecar_set: &str, now: Instant) -> Option<Duration> {
@@ -28,7 +43,7 @@ impl Pacing {
             .last_start
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let wait = wait_after(last_start.get(sidecar_set).copied(), now);
+        let wait = wait_after(last_start.get(sidecar_set).copied(), now, self.interval);
         if wait.is_none() {
             last_start.insert(sidecar_set.to_owned(), now);
         }
@@ -45,8 +60,8 @@ impl Pacing {
 }
 
 /// How long after `now` a round may start, given the last one's start.
-fn wait_after(last_start: Option<Instant>, now: Instant) -> Option<Duration> {
-    let next = last_start? + ROUND_INTERVAL;
+fn wait_after(last_start: Option<Instant>, now: Instant, interval: Duration) -> Option<Duration> {
+    let next = last_start? + interval;
     next.checked_duration_since(now)
         .filter(|wait| !wait.is_zero())
 }
