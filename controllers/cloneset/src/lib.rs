@@ -2,12 +2,13 @@
 //! [`kruise_core::cloneset`]. Each round reads the CloneSet's pods from the
 //! manager's shared pod watch once it shows the CloneSet's own last writes
 //! (so a lagging watch can never make it create or delete twice; see
-//! `pods.rs`) and its revisions fresh from the API server, asks the pure
-//! planner what to do, performs exactly those writes, and records status.
+//! `reads.rs`) and its revisions from the shared revision watch the same
+//! way, asks the pure planner what to do, performs exactly those writes,
+//! and records status.
 
 mod execute;
-mod pods;
 mod predownload;
+mod reads;
 mod reconcile;
 
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 use kruise_controller_runtime::expectations::WatchReads;
-use pods::CloneSetContext;
+use reads::CloneSetContext;
 pub use reconcile::ReconcileError;
 
 /// The name the controller writes and reports events under.
@@ -35,6 +36,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
     let context = Arc::new(CloneSetContext {
         shared: Context::new(client.clone(), CONTROLLER_NAME),
         pods: WatchReads::from_watch(watches.pods().clone()),
+        revisions: WatchReads::from_watch(watches.revisions().clone()),
     });
     // Stored<_>: one CloneSet our types cannot read must not fail the watch
     // of all the others (reconcile reports and skips it).

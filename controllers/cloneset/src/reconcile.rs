@@ -9,22 +9,21 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::{CloneSet, Stored};
 use kruise_core::cloneset::revision::{RevisionPlan, RevisionWrite, plan_revisions};
 use kruise_core::cloneset::{FeatureGates, PlanInput, compute_status, plan};
-use kruise_core::owner::is_controlled_by;
-use kruise_core::selector::to_selector_string;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use kruise_controller_runtime::api_error;
+use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_controller_runtime::status::replace_status;
 
 use super::CONTROLLER_NAME;
 use super::execute::execute;
-use super::pods::{self, CloneSetContext, PodRead};
+use super::reads::{self, CloneSetContext, Owned};
 
-/// How long a round waits for the pod watch to show its CloneSet's last
-/// writes (their watch events usually start the next round sooner).
+/// How long a round waits for the pod and revision watches to show its
+/// CloneSet's last writes (their watch events usually start the next round sooner).
 const STORE_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
@@ -94,21 +93,25 @@ async fn reconcile_cloneset(
         return Ok(Action::await_change());
     }
     let key = key(cloneset);
-    let pods = match pods::read(context, cloneset, &namespace, &uid, &key).await? {
-        PodRead::Pods(pods) => pods,
-        PodRead::Wait => {
-            tracing::debug!(
-                cloneset = key,
-                "waiting for the pod watch to show our writes"
-            );
-            return Ok(Action::requeue(STORE_WAIT));
-        }
+    let Some(Owned { pods, revisions }) =
+        reads::read(context, cloneset, &namespace, &uid, &key).await?
+    else {
+        tracing::debug!(cloneset = key, "waiting for the watches to show our writes");
+        return Ok(Action::requeue(STORE_WAIT));
     };
     let written = context.pods.writes_of(&key);
+    let revisions_written = context.revisions.writes_of(&key);
     let context = &context.shared;
     let client = &context.client;
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
-    let revision_plan = sync_revisions(&revision_api, cloneset, &uid, &pods).await?;
+    let revision_plan = sync_revisions(
+        &revision_api,
+        revisions_written,
+        cloneset,
+        &revisions,
+        &pods,
+    )
+    .await?;
 
     crate::predownload::sync(client, cloneset, &revision_plan.revisions).await?;
 
@@ -160,8 +163,13 @@ async fn reconcile_cloneset(
             .map_err(ReconcileError::api("write status"))?;
     }
     for name in &revision_plan.delete {
+        let uid = revisions
+            .iter()
+            .find(|r| r.metadata.name.as_ref() == Some(name))
+            .and_then(|r| r.metadata.uid.as_deref());
         match revision_api.delete(name, &DeleteParams::default()).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Ok(answer) => revisions_written.deleted(uid, answer.as_ref().left()),
+            Err(kube::Error::Api(_)) => {}
             Err(error) => return Err(ReconcileError::api("truncate history")(error)),
         }
     }
@@ -173,36 +181,27 @@ async fn reconcile_cloneset(
     Ok(Action::requeue(requeue))
 }
 
-/// Lists the CloneSet's revisions (a few: the history limit) and makes the
-/// update revision exist.
+/// Makes the update revision exist among the CloneSet's `revisions` (a
+/// few: the history limit), noting the write.
 async fn sync_revisions(
     revision_api: &Api<ControllerRevision>,
+    written: OwnerWrites<'_>,
     cloneset: &CloneSet,
-    uid: &str,
+    revisions: &[ControllerRevision],
     pods: &[Pod],
 ) -> Result<RevisionPlan, ReconcileError> {
-    let selector = to_selector_string(&cloneset.spec.selector);
-    let owned = ListParams::default().labels(&selector);
-    let revisions: Vec<ControllerRevision> = revision_api
-        .list(&owned)
-        .await
-        .map_err(ReconcileError::api("list revisions"))?
-        .items
-        .into_iter()
-        .filter(|revision| is_controlled_by(&revision.metadata, uid))
-        .collect();
-
-    let revision_plan = plan_revisions(cloneset, &revisions, pods);
+    let revision_plan = plan_revisions(cloneset, revisions, pods);
     match &revision_plan.write {
         RevisionWrite::None => {}
         RevisionWrite::Create(revision) => {
-            revision_api
+            let created = revision_api
                 .create(&PostParams::default(), revision)
                 .await
                 .map_err(ReconcileError::api("create the update revision"))?;
+            written.wrote(&created);
         }
         RevisionWrite::Bump { name, revision } => {
-            revision_api
+            let bumped = revision_api
                 .patch(
                     name,
                     &PatchParams::default(),
@@ -210,6 +209,7 @@ async fn sync_revisions(
                 )
                 .await
                 .map_err(ReconcileError::api(format!("bump revision {name}")))?;
+            written.wrote(&bumped);
         }
     }
     Ok(revision_plan)
@@ -227,12 +227,14 @@ mod tests {
 
     use kruise_controller_runtime::expectations::WatchReads;
     use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
+    use kube::api::ListParams;
     use serde_json::Value;
 
     use super::*;
 
     const CLONESET: &str = "/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets/demo";
     const PODS: &str = "/api/v1/namespaces/default/pods";
+    const REVISIONS: &str = "/apis/apps/v1/namespaces/default/controllerrevisions";
 
     fn cloneset(replicas: u32, image: &str, strategy: &str) -> Value {
         json!({
@@ -251,13 +253,30 @@ mod tests {
         })
     }
 
-    async fn round(api: &FakeApi) -> Action {
-        let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
-        let context = Arc::new(CloneSetContext {
+    /// A context that reads pods and revisions from these watches, or
+    /// from the API server where there is none.
+    fn context(
+        api: &FakeApi,
+        pods: Option<&SharedWatch<Pod>>,
+        revisions: Option<&SharedWatch<ControllerRevision>>,
+    ) -> Arc<CloneSetContext> {
+        Arc::new(CloneSetContext {
             shared: Context::new(api.client(), CONTROLLER_NAME),
-            pods: WatchReads::api_only(),
-        });
-        reconcile(Arc::new(stored), context).await.unwrap()
+            pods: pods.map_or_else(WatchReads::api_only, |w| WatchReads::from_watch(w.clone())),
+            revisions: revisions
+                .map_or_else(WatchReads::api_only, |w| WatchReads::from_watch(w.clone())),
+        })
+    }
+
+    async fn round_in(api: &FakeApi, context: &Arc<CloneSetContext>) -> Action {
+        let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
+        reconcile(Arc::new(stored), Arc::clone(context))
+            .await
+            .unwrap()
+    }
+
+    async fn round(api: &FakeApi) -> Action {
+        round_in(api, &context(api, None, None)).await
     }
 
     /// Method and path of each write but events (best effort), the pods'
@@ -498,23 +517,9 @@ mod tests {
     async fn rounds_read_the_pod_watch_and_wait_until_it_shows_their_writes() {
         let api = FakeApi::default();
         api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
-        let (events, received) = futures::channel::mpsc::unbounded();
-        let watch = SharedWatch::from_events(received.map(Ok));
-        for event in [watcher::Event::Init, watcher::Event::InitDone] {
-            events.unbounded_send(event).unwrap();
-        }
-        while !watch.is_listed() {
-            tokio::task::yield_now().await;
-        }
-        let context = Arc::new(CloneSetContext {
-            shared: Context::new(api.client(), CONTROLLER_NAME),
-            pods: WatchReads::from_watch(watch.clone()),
-        });
-        let round = || async {
-            let stored: Stored<CloneSet> =
-                serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
-            reconcile(Arc::new(stored), context.clone()).await.unwrap()
-        };
+        let (events, watch) = listed_watch::<Pod>(Vec::new()).await;
+        let context = context(&api, Some(&watch), None);
+        let round = || round_in(&api, &context);
 
         round().await;
         assert_eq!(pods(&api).await.len(), 2, "created from an empty store");
@@ -542,5 +547,161 @@ mod tests {
             .count();
         assert_eq!(created_again, 0, "planned from the store, which has both");
         assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
+    }
+
+    /// A watch that has listed `objects`, and the sender of its next
+    /// events.
+    async fn listed_watch<K>(
+        objects: Vec<K>,
+    ) -> (
+        futures::channel::mpsc::UnboundedSender<watcher::Event<K>>,
+        SharedWatch<K>,
+    )
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (events, received) = futures::channel::mpsc::unbounded();
+        let watch = SharedWatch::from_events(received.map(Ok));
+        events.unbounded_send(watcher::Event::Init).unwrap();
+        for object in objects {
+            events
+                .unbounded_send(watcher::Event::InitApply(object))
+                .unwrap();
+        }
+        events.unbounded_send(watcher::Event::InitDone).unwrap();
+        while !watch.is_listed() {
+            tokio::task::yield_now().await;
+        }
+        (events, watch)
+    }
+
+    fn revision_requests(seen: &[Seen]) -> Vec<String> {
+        seen.iter()
+            .filter(|s| s.path.starts_with(REVISIONS))
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect()
+    }
+
+    /// Revisions come from the watch once it shows the round's own
+    /// revision writes: no LIST per round, and a round on a store without
+    /// the new revision, or still with the one it deleted, waits instead
+    /// of writing anything again.
+    #[tokio::test]
+    async fn rounds_read_revisions_from_the_watch_once_it_has_their_writes() {
+        let api = FakeApi::default();
+        let mut demo = cloneset(2, "nginx:1", "ReCreate");
+        demo["spec"]["revisionHistoryLimit"] = json!(0);
+        api.insert("clonesets", demo);
+        // An earlier template's revision, used by no pod: the limit drops it.
+        let old = api.insert(
+            "controllerrevisions",
+            json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                   "metadata": {"name": "demo-old", "namespace": "default", "uid": "old-uid",
+                                "labels": {"app": "demo"},
+                                "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1",
+                                    "kind": "CloneSet", "name": "demo", "uid": "cs-uid",
+                                    "controller": true}]},
+                   "revision": 1, "data": {"spec": {"template": {}}}}),
+        );
+        let old: ControllerRevision = serde_json::from_value(old).unwrap();
+        let (pod_events_in, pod_watch) = listed_watch::<Pod>(Vec::new()).await;
+        let (revision_events, revision_watch) = listed_watch(vec![old.clone()]).await;
+        let context = context(&api, Some(&pod_watch), Some(&revision_watch));
+        let round = || round_in(&api, &context);
+
+        round().await;
+        let written = [
+            format!("POST {REVISIONS}"),
+            format!("DELETE {REVISIONS}/demo-old"),
+        ];
+        assert_eq!(
+            revision_requests(&api.seen()),
+            written,
+            "planned from the store, without a LIST"
+        );
+        // The pods arrive: only the revision store is behind now.
+        for event in pod_events(&api).await {
+            pod_events_in.unbounded_send(event).unwrap();
+        }
+        while pod_watch.store().state().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let before = api.seen().len();
+        assert_eq!(round().await, Action::requeue(STORE_WAIT));
+        assert_eq!(
+            api.seen().len(),
+            before,
+            "the store lacks both revision writes: no request at all"
+        );
+
+        // The new revision arrives first: the deleted one is still there.
+        let listed = Api::<ControllerRevision>::namespaced(api.client(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        for revision in listed.items {
+            revision_events
+                .unbounded_send(watcher::Event::Apply(revision))
+                .unwrap();
+        }
+        while revision_watch.store().state().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let before = api.seen().len();
+        assert_eq!(round().await, Action::requeue(STORE_WAIT));
+        assert_eq!(api.seen().len(), before, "still waiting for the delete");
+
+        revision_events
+            .unbounded_send(watcher::Event::Delete(old))
+            .unwrap();
+        let mut waits = 0;
+        while round().await == Action::requeue(STORE_WAIT) {
+            waits += 1;
+            assert!(waits < 100, "the store never caught up");
+            tokio::task::yield_now().await;
+        }
+        let mut expected = written.to_vec();
+        expected.push(format!("GET {REVISIONS}"));
+        assert_eq!(
+            revision_requests(&api.seen()),
+            expected,
+            "nothing more than the test's own LIST"
+        );
+    }
+
+    /// A round on a revision store that lacks the revision the last round
+    /// created waits rather than creating it again.
+    #[tokio::test]
+    async fn a_round_waits_for_the_watch_to_show_the_revision_it_created() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+        let (pod_events_in, pod_watch) = listed_watch::<Pod>(Vec::new()).await;
+        let (_revision_events, revision_watch) = listed_watch(Vec::new()).await;
+        let context = context(&api, Some(&pod_watch), Some(&revision_watch));
+
+        round_in(&api, &context).await;
+        assert_eq!(
+            revision_requests(&api.seen()),
+            [format!("POST {REVISIONS}")]
+        );
+        for event in pod_events(&api).await {
+            pod_events_in.unbounded_send(event).unwrap();
+        }
+        while pod_watch.store().state().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let before = api.seen().len();
+        assert_eq!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));
+        assert_eq!(
+            api.seen().len(),
+            before,
+            "no request, nothing created twice"
+        );
     }
 }

@@ -1,0 +1,108 @@
+//! Where a round reads its CloneSet's pods and revisions. From the
+//! manager's shared watches, at no cost to the API server, once each store
+//! holds every write the CloneSet's earlier rounds made to it (see
+//! [`kruise_controller_runtime::expectations`]); from the API server, a
+//! consistent LIST, while a store has not been listed yet or has lagged
+//! too long. Until a store catches up the round waits: the watch events
+//! of the writes it waits for start the next one.
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::CloneSet;
+use kruise_controller_runtime::context::Context;
+use kruise_controller_runtime::expectations::WatchReads;
+use kruise_core::owner::is_controlled_by;
+use kruise_core::selector::{matches, to_selector_string, validate};
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::reconcile::ReconcileError;
+
+/// The CloneSet controller's context: the shared one, and where its pods
+/// and revisions are read (per CloneSet, `namespace/name`).
+pub struct CloneSetContext {
+    pub shared: Context,
+    pub pods: WatchReads<Pod>,
+    pub revisions: WatchReads<ControllerRevision>,
+}
+
+/// What a round plans from.
+pub struct Owned {
+    pub pods: Vec<Pod>,
+    pub revisions: Vec<ControllerRevision>,
+}
+
+/// The pods and revisions `cloneset` (with `uid`) controls; `key` is its
+/// `namespace/name`. None while a store lacks some of this CloneSet's
+/// writes.
+pub async fn read(
+    context: &CloneSetContext,
+    cloneset: &CloneSet,
+    namespace: &str,
+    uid: &str,
+    key: &str,
+) -> Result<Option<Owned>, ReconcileError> {
+    // A selector the API server would refuse must not read as "no pods":
+    // the plan would create them all.
+    validate(&cloneset.spec.selector).map_err(|e| ReconcileError::Selector(e.to_string()))?;
+    let owner = Owner {
+        context,
+        cloneset,
+        namespace,
+        uid,
+        key,
+    };
+    let Some(pods) = owner.objects(&context.pods, "list pods").await? else {
+        return Ok(None);
+    };
+    let Some(revisions) = owner.objects(&context.revisions, "list revisions").await? else {
+        return Ok(None);
+    };
+    Ok(Some(Owned { pods, revisions }))
+}
+
+/// The CloneSet whose objects a round reads.
+struct Owner<'a> {
+    context: &'a CloneSetContext,
+    cloneset: &'a CloneSet,
+    namespace: &'a str,
+    uid: &'a str,
+    key: &'a str,
+}
+
+impl Owner<'_> {
+    /// The objects of `reads` in the CloneSet's namespace that it controls
+    /// and its selector matches (those a LIST by the selector would give).
+    async fn objects<K>(
+        &self,
+        reads: &WatchReads<K>,
+        what: &str,
+    ) -> Result<Option<Vec<K>>, ReconcileError>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let selector = &self.cloneset.spec.selector;
+        let api = Api::<K>::namespaced(self.context.shared.client.clone(), self.namespace);
+        let params = ListParams::default().labels(&to_selector_string(selector));
+        let owned = |object: &K| {
+            object.namespace().as_deref() == Some(self.namespace)
+                && is_controlled_by(object.meta(), self.uid)
+                && matches(selector, object.labels()).unwrap_or(false)
+        };
+        let read = reads
+            .read_or_list(self.key, &api, &params, owned)
+            .await
+            .map_err(ReconcileError::api(what))?;
+        Ok(read.map(|objects| objects.iter().map(|object| K::clone(object)).collect()))
+    }
+}
