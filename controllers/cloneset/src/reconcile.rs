@@ -23,7 +23,8 @@ use super::execute::execute;
 use super::reads::{self, CloneSetContext, Owned};
 
 /// How long a round waits for the pod and revision watches to show its
-/// CloneSet's last writes (their watch events usually start the next round sooner).
+/// CloneSet's last writes (their watch events usually start the next
+/// round sooner).
 const STORE_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
