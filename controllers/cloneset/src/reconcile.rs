@@ -220,11 +220,9 @@ async fn sync_revisions(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use kruise_controller_runtime::context::Context;
-    use kruise_controller_runtime::testing::{FakeApi, Seen, container_images};
+    use kruise_controller_runtime::testing::{FakeApi, FedWatch, Seen, container_images};
 
-    use futures::StreamExt;
     use kruise_controller_runtime::shared::SharedWatch;
-    use kube::runtime::watcher;
 
     use kruise_controller_runtime::expectations::WatchReads;
     use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
@@ -496,16 +494,19 @@ mod tests {
         );
     }
 
-    /// The pods the fake API server holds, as watch events.
-    async fn pod_events(api: &FakeApi) -> Vec<watcher::Event<Pod>> {
-        Api::<Pod>::namespaced(api.client(), "default")
+    /// The objects of the default namespace the fake API server holds.
+    async fn listed<K>(api: &FakeApi) -> Vec<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(api.client(), "default")
             .list(&ListParams::default())
             .await
             .unwrap()
             .items
-            .into_iter()
-            .map(watcher::Event::Apply)
-            .collect()
     }
 
     fn lists_of_pods(seen: &[Seen]) -> usize {
@@ -518,8 +519,8 @@ mod tests {
     async fn rounds_read_the_pod_watch_and_wait_until_it_shows_their_writes() {
         let api = FakeApi::default();
         api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
-        let (events, watch) = listed_watch::<Pod>(Vec::new()).await;
-        let context = context(&api, Some(&watch), None);
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), None);
         let round = || round_in(&api, &context);
 
         round().await;
@@ -532,15 +533,8 @@ mod tests {
             "the store lacks the new pods: no request, nothing created twice"
         );
 
-        for event in pod_events(&api).await {
-            events.unbounded_send(event).unwrap();
-        }
-        let mut waits = 0;
-        while round().await == Action::requeue(STORE_WAIT) {
-            waits += 1;
-            assert!(waits < 100, "the store never caught up");
-            tokio::task::yield_now().await;
-        }
+        pod_watch.apply(listed(&api).await).await;
+        assert_ne!(round().await, Action::requeue(STORE_WAIT));
         let seen = api.seen();
         let created_again = writes(&seen[before..])
             .into_iter()
@@ -548,38 +542,6 @@ mod tests {
             .count();
         assert_eq!(created_again, 0, "planned from the store, which has both");
         assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
-    }
-
-    /// A watch that has listed `objects`, and the sender of its next
-    /// events.
-    async fn listed_watch<K>(
-        objects: Vec<K>,
-    ) -> (
-        futures::channel::mpsc::UnboundedSender<watcher::Event<K>>,
-        SharedWatch<K>,
-    )
-    where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        let (events, received) = futures::channel::mpsc::unbounded();
-        let watch = SharedWatch::from_events(received.map(Ok));
-        events.unbounded_send(watcher::Event::Init).unwrap();
-        for object in objects {
-            events
-                .unbounded_send(watcher::Event::InitApply(object))
-                .unwrap();
-        }
-        events.unbounded_send(watcher::Event::InitDone).unwrap();
-        while !watch.is_listed() {
-            tokio::task::yield_now().await;
-        }
-        (events, watch)
     }
 
     fn revision_requests(seen: &[Seen]) -> Vec<String> {
@@ -611,9 +573,9 @@ mod tests {
                    "revision": 1, "data": {"spec": {"template": {}}}}),
         );
         let old: ControllerRevision = serde_json::from_value(old).unwrap();
-        let (pod_events_in, pod_watch) = listed_watch::<Pod>(Vec::new()).await;
-        let (revision_events, revision_watch) = listed_watch(vec![old.clone()]).await;
-        let context = context(&api, Some(&pod_watch), Some(&revision_watch));
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let revision_watch = FedWatch::listed([old.clone()]).await;
+        let context = context(&api, Some(&pod_watch.watch), Some(&revision_watch.watch));
         let round = || round_in(&api, &context);
 
         round().await;
@@ -627,12 +589,7 @@ mod tests {
             "planned from the store, without a LIST"
         );
         // The pods arrive: only the revision store is behind now.
-        for event in pod_events(&api).await {
-            pod_events_in.unbounded_send(event).unwrap();
-        }
-        while pod_watch.store().state().len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        pod_watch.apply(listed(&api).await).await;
         let before = api.seen().len();
         assert_eq!(round().await, Action::requeue(STORE_WAIT));
         assert_eq!(
@@ -642,31 +599,14 @@ mod tests {
         );
 
         // The new revision arrives first: the deleted one is still there.
-        let listed = Api::<ControllerRevision>::namespaced(api.client(), "default")
-            .list(&ListParams::default())
-            .await
-            .unwrap();
-        for revision in listed.items {
-            revision_events
-                .unbounded_send(watcher::Event::Apply(revision))
-                .unwrap();
-        }
-        while revision_watch.store().state().len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        let revisions: Vec<ControllerRevision> = listed(&api).await;
+        revision_watch.apply(revisions).await;
         let before = api.seen().len();
         assert_eq!(round().await, Action::requeue(STORE_WAIT));
         assert_eq!(api.seen().len(), before, "still waiting for the delete");
 
-        revision_events
-            .unbounded_send(watcher::Event::Delete(old))
-            .unwrap();
-        let mut waits = 0;
-        while round().await == Action::requeue(STORE_WAIT) {
-            waits += 1;
-            assert!(waits < 100, "the store never caught up");
-            tokio::task::yield_now().await;
-        }
+        revision_watch.delete(old).await;
+        assert_ne!(round().await, Action::requeue(STORE_WAIT));
         let mut expected = written.to_vec();
         expected.push(format!("GET {REVISIONS}"));
         assert_eq!(
@@ -682,21 +622,16 @@ mod tests {
     async fn a_round_waits_for_the_watch_to_show_the_revision_it_created() {
         let api = FakeApi::default();
         api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
-        let (pod_events_in, pod_watch) = listed_watch::<Pod>(Vec::new()).await;
-        let (_revision_events, revision_watch) = listed_watch(Vec::new()).await;
-        let context = context(&api, Some(&pod_watch), Some(&revision_watch));
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let revision_watch = FedWatch::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), Some(&revision_watch.watch));
 
         round_in(&api, &context).await;
         assert_eq!(
             revision_requests(&api.seen()),
             [format!("POST {REVISIONS}")]
         );
-        for event in pod_events(&api).await {
-            pod_events_in.unbounded_send(event).unwrap();
-        }
-        while pod_watch.store().state().len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        pod_watch.apply(listed(&api).await).await;
         let before = api.seen().len();
         assert_eq!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));
         assert_eq!(

@@ -10,15 +10,96 @@
 //! (the same, with the lists our controllers patch merged by their key:
 //! containers by name, conditions by type, ...), delete (409 when the
 //! preconditions name another uid). Every request is recorded.
+//!
+//! Beside it, [`FedWatch`]: a shared watch whose events the test sends.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::StreamExt as _;
 use http_body_util::BodyExt as _;
 use hyper::{Request, Response};
-use kube::Client;
 use kube::client::Body;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+
+use crate::shared::SharedWatch;
+
+/// A shared watch the test feeds by hand: listed with some objects, then
+/// given changes one at a time, each waited for until the store shows it
+/// (the store is updated by a task of its own).
+#[derive(Debug)]
+pub struct FedWatch<K: Resource<DynamicType = ()> + Clone + Debug + 'static> {
+    events: futures::channel::mpsc::UnboundedSender<watcher::Event<K>>,
+    pub watch: SharedWatch<K>,
+}
+
+impl<K> FedWatch<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// A watch whose first list held `objects`.
+    pub async fn listed(objects: impl IntoIterator<Item = K>) -> Self {
+        let (events, received) = futures::channel::mpsc::unbounded();
+        let watch = SharedWatch::from_events(received.map(Ok));
+        let fed = Self { events, watch };
+        fed.send(watcher::Event::Init);
+        for object in objects {
+            fed.send(watcher::Event::InitApply(object));
+        }
+        fed.send(watcher::Event::InitDone);
+        fed.wait_until(SharedWatch::is_listed).await;
+        fed
+    }
+
+    /// Delivers `objects` as added or changed.
+    pub async fn apply(&self, objects: impl IntoIterator<Item = K>) {
+        for object in objects {
+            let uid = object.meta().uid.clone();
+            let version = object.meta().resource_version.clone();
+            self.send(watcher::Event::Apply(object));
+            self.wait_until(|watch| {
+                version.as_deref().is_none_or(|v| watch.has_seen(v))
+                    && watch.store().state().iter().any(|held| {
+                        held.meta().uid == uid && held.meta().resource_version == version
+                    })
+            })
+            .await;
+        }
+    }
+
+    /// Delivers the deletion of `object`.
+    pub async fn delete(&self, object: K) {
+        let uid = object.meta().uid.clone();
+        self.send(watcher::Event::Delete(object));
+        self.wait_until(|watch| {
+            !watch
+                .store()
+                .state()
+                .iter()
+                .any(|held| held.meta().uid == uid)
+        })
+        .await;
+    }
+
+    fn send(&self, event: watcher::Event<K>) {
+        // The receiver lives as long as the watch's task, which `self` holds.
+        let _ = self.events.unbounded_send(event);
+    }
+
+    async fn wait_until(&self, done: impl Fn(&SharedWatch<K>) -> bool) {
+        for _ in 0..10_000 {
+            if done(&self.watch) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the watch's store never showed the change");
+    }
+}
 
 /// One request as the fake API server saw it.
 #[derive(Clone, Debug, PartialEq)]

@@ -260,15 +260,12 @@ mod tests {
 mod fake_api_tests {
     #![allow(clippy::unwrap_used)]
 
-    use futures::StreamExt as _;
     use k8s_openapi::api::apps::v1::ControllerRevision;
     use k8s_openapi::api::core::v1::Pod;
     use kruise_api::KruiseObject as _;
     use kruise_controller_runtime::expectations::WatchReads;
-    use kruise_controller_runtime::shared::SharedWatch;
-    use kruise_controller_runtime::testing::{FakeApi, container_images};
+    use kruise_controller_runtime::testing::{FakeApi, FedWatch, container_images};
     use kruise_core::sidecarset::{InjectionContext, inject, prepare_stored};
-    use kube::runtime::watcher;
     use serde_json::{Value, json};
 
     use super::*;
@@ -458,20 +455,12 @@ mod fake_api_tests {
                                 "uid": "old-uid", "labels": {REVISION_OWNER_LABEL: "scs-demo"}},
                    "revision": 1, "data": {"spec": {"containers": []}}}),
         );
-        let (events, received) = futures::channel::mpsc::unbounded();
-        let watch = SharedWatch::from_events(received.map(Ok));
         let old: ControllerRevision = serde_json::from_value(old).unwrap();
-        for event in [
-            watcher::Event::Init,
-            watcher::Event::InitApply(old.clone()),
-            watcher::Event::InitDone,
-        ] {
-            events.unbounded_send(event).unwrap();
-        }
-        while !watch.is_listed() {
-            tokio::task::yield_now().await;
-        }
-        let context = listing_context(&api, Some(WatchReads::from_watch(watch.clone())));
+        let revision_watch = FedWatch::listed([old.clone()]).await;
+        let context = listing_context(
+            &api,
+            Some(WatchReads::from_watch(revision_watch.watch.clone())),
+        );
 
         round(&api, &context).await;
         let written = [
@@ -494,24 +483,12 @@ mod fake_api_tests {
             .list(&ListParams::default())
             .await
             .unwrap();
-        for revision in listed.items {
-            events
-                .unbounded_send(watcher::Event::Apply(revision))
-                .unwrap();
-        }
-        while watch.store().state().len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        revision_watch.apply(listed.items).await;
         assert_eq!(round(&api, &context).await, Action::requeue(seconds(1)));
         assert_eq!(revision_requests(&api).len(), written.len() + 1);
 
-        events.unbounded_send(watcher::Event::Delete(old)).unwrap();
-        let mut waits = 0;
-        while round(&api, &context).await == Action::requeue(seconds(1)) {
-            waits += 1;
-            assert!(waits < 100, "the store never caught up");
-            tokio::task::yield_now().await;
-        }
+        revision_watch.delete(old).await;
+        assert_ne!(round(&api, &context).await, Action::requeue(seconds(1)));
         let mut expected = written.to_vec();
         expected.push(format!("GET {REVISIONS}"));
         assert_eq!(
