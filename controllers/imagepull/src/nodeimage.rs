@@ -53,7 +53,7 @@ pub async fn run(client: Client, options: Options) {
     let by_node = by_node
         .run(
             metrics::timed(CONTROLLER_NAME, |node: Arc<Node>, context| async move {
-                sync(&node.name_any(), context).await
+                sync(&node.name_any(), Trigger::Node, context).await
             }),
             on_error,
             context.clone(),
@@ -69,7 +69,7 @@ pub async fn run(client: Client, options: Options) {
             metrics::timed(
                 CONTROLLER_NAME,
                 |image: Arc<Stored<NodeImage>>, context| async move {
-                    sync(&image.name_any(), context).await
+                    sync(&image.name_any(), Trigger::NodeImage, context).await
                 },
             ),
             on_error,
@@ -88,13 +88,23 @@ fn on_error<K: ResourceExt>(object: Arc<K>, error: &Error, context: Arc<Context>
     Action::requeue(delay)
 }
 
-async fn sync(name: &str, context: Arc<Context>) -> Result<Action, Error> {
-    let action = round(name, &context).await?;
+/// Which of the two controllers runs a round. Both run the same round for
+/// a node's name, but only the NodeImage's keeps an existing NodeImage's
+/// timers (spec clean-up, watchdog, resync): with both keeping them, every
+/// NodeImage was looked at twice as often, three reads each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    Node,
+    NodeImage,
+}
+
+async fn sync(name: &str, trigger: Trigger, context: Arc<Context>) -> Result<Action, Error> {
+    let action = round(name, trigger, &context).await?;
     context.backoff.reset(name);
     Ok(action)
 }
 
-async fn round(name: &str, context: &Context) -> Result<Action, Error> {
+async fn round(name: &str, trigger: Trigger, context: &Context) -> Result<Action, Error> {
     let nodes: Api<Node> = Api::all(context.client.clone());
     let images: Api<NodeImage> = Api::all(context.client.clone());
     let node = nodes.get_opt(name).await.map_err(failed("read the node"))?;
@@ -138,7 +148,13 @@ async fn round(name: &str, context: &Context) -> Result<Action, Error> {
         }
         Lifecycle::WaitToCreate(after) => Ok(Action::requeue(after)),
         Lifecycle::Keep => match (node, image) {
-            (Some(node), Some(image)) => tend(context, &images, &node, image, now).await,
+            (Some(node), Some(image)) => {
+                let action = tend(context, &images, &node, image, now).await?;
+                Ok(match trigger {
+                    Trigger::NodeImage => action,
+                    Trigger::Node => Action::await_change(),
+                })
+            }
             _ => Ok(Action::await_change()),
         },
     }
@@ -266,7 +282,9 @@ mod tests {
         );
         let before = api.writes().len();
 
-        let action = sync("node-1", context(&api, Duration::ZERO)).await.unwrap();
+        let action = sync("node-1", Trigger::Node, context(&api, Duration::ZERO))
+            .await
+            .unwrap();
 
         assert_eq!(action, Action::requeue(Duration::from_secs(1)));
         let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
@@ -285,9 +303,13 @@ mod tests {
         api.insert("nodes", ready_node("node-1", &json!({}), Timestamp::now()));
         let before = api.writes().len();
 
-        let action = sync("node-1", context(&api, Duration::from_secs(30)))
-            .await
-            .unwrap();
+        let action = sync(
+            "node-1",
+            Trigger::Node,
+            context(&api, Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
 
         assert_ne!(action, Action::await_change());
         assert_ne!(action, Action::requeue(Duration::from_secs(1)));
@@ -312,9 +334,13 @@ mod tests {
         );
         let before = api.writes().len();
 
-        let action = sync("node-gone", context(&api, Duration::ZERO))
-            .await
-            .unwrap();
+        let action = sync(
+            "node-gone",
+            Trigger::NodeImage,
+            context(&api, Duration::ZERO),
+        )
+        .await
+        .unwrap();
         assert_eq!(action, Action::await_change());
         assert_eq!(api.get(&format!("{NODE_IMAGES}/node-gone")), None);
         let deleted = api.writes().pop().unwrap();
@@ -324,9 +350,13 @@ mod tests {
             gone["metadata"]["uid"]
         );
 
-        let action = sync("node-fake", context(&api, Duration::ZERO))
-            .await
-            .unwrap();
+        let action = sync(
+            "node-fake",
+            Trigger::NodeImage,
+            context(&api, Duration::ZERO),
+        )
+        .await
+        .unwrap();
         assert_eq!(action, Action::await_change());
         assert!(api.get(&format!("{NODE_IMAGES}/node-fake")).is_some());
         assert_eq!(api.writes().len(), before + 1, "only node-gone's delete");
@@ -355,7 +385,9 @@ mod tests {
             }}}),
         );
 
-        let action = sync("node-1", context(&api, Duration::ZERO)).await.unwrap();
+        let action = sync("node-1", Trigger::NodeImage, context(&api, Duration::ZERO))
+            .await
+            .unwrap();
 
         assert_eq!(action, Action::requeue(Duration::from_secs(1)));
         let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
@@ -370,5 +402,33 @@ mod tests {
         let methods: Vec<String> = api.writes().into_iter().map(|w| w.method).collect();
         // One replace of the NodeImage.
         assert_eq!(methods, ["PUT"]);
+    }
+
+    /// A NodeImage that needs nothing is looked at again on its own
+    /// controller's timer only: a round the node started waits for the
+    /// next change.
+    #[tokio::test]
+    async fn only_the_node_images_own_rounds_keep_its_timer() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({"zone": "a"}), Timestamp::UNIX_EPOCH),
+        );
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-1", "labels": {"zone": "a"}}, "spec": {}}),
+        );
+
+        let by_image = sync("node-1", Trigger::NodeImage, context(&api, Duration::ZERO))
+            .await
+            .unwrap();
+        let by_node = sync("node-1", Trigger::Node, context(&api, Duration::ZERO))
+            .await
+            .unwrap();
+
+        assert_eq!(by_image, Action::requeue(RESYNC));
+        assert_eq!(by_node, Action::await_change());
+        assert_eq!(api.writes(), [], "nothing to clean, nothing to fail");
     }
 }
