@@ -11,7 +11,10 @@
 //!
 //! A store that has not caught up within [`FRESH_READ_AFTER`] (a stuck
 //! watch) is bypassed: the controller reads fresh from the API server, as
-//! a consistent read cannot miss a write.
+//! a consistent read cannot miss a write, and goes on doing so until the
+//! store has caught up. A fresh read does not clear the notes: a store
+//! still behind after it would otherwise pass for current in the next
+//! round and lack what the owner wrote before.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -108,11 +111,6 @@ impl Expectations {
         }
     }
 
-    /// After a fresh read, which saw every write.
-    pub fn forget(&self, owner: &str) {
-        lock(&self.owners).remove(owner);
-    }
-
     fn note(&self, owner: &str, change: impl FnOnce(&mut Unseen)) {
         let mut owners = lock(&self.owners);
         let pending = owners.entry(owner.to_owned()).or_insert_with(|| Pending {
@@ -165,9 +163,9 @@ where
 
     /// The objects `owner`'s round reads, those `keep` keeps: the store's
     /// own copies once it holds the owner's writes; listed through `api`
-    /// with `params` (a consistent read) when the store cannot be trusted;
-    /// None while it lacks some of the owner's writes (their watch events
-    /// start the next round).
+    /// with `params` (a consistent read) while the store cannot be
+    /// trusted; None while it lacks some of the owner's writes (their
+    /// watch events start the next round).
     pub async fn read_or_list(
         &self,
         owner: &str,
@@ -182,7 +180,6 @@ where
             StoreRead::Behind => Ok(None),
             StoreRead::ReadFresh => {
                 let listed = api.list(params).await?.items;
-                self.expectations.forget(owner);
                 Ok(Some(
                     listed
                         .into_iter()
@@ -279,6 +276,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -334,18 +332,21 @@ mod tests {
         );
     }
 
+    /// A fresh read leaves the notes: the store is read around until it
+    /// shows the writes, not only once.
     #[test]
-    fn a_store_behind_for_too_long_is_read_around_until_forgotten() {
+    fn a_store_behind_for_too_long_is_read_around_until_it_catches_up() {
         let expectations = Expectations::default();
         expectations.wrote(OWNER, Some("20"));
         let later = Instant::now() + FRESH_READ_AFTER + Duration::from_secs(1);
+        for _ in 0..2 {
+            assert_eq!(
+                expectations.freshness(OWNER, later, seen_up_to(19), nothing_there),
+                Freshness::Stale
+            );
+        }
         assert_eq!(
-            expectations.freshness(OWNER, later, seen_up_to(19), nothing_there),
-            Freshness::Stale
-        );
-        expectations.forget(OWNER);
-        assert_eq!(
-            expectations.freshness(OWNER, later, seen_up_to(19), nothing_there),
+            expectations.freshness(OWNER, later, seen_up_to(20), nothing_there),
             Freshness::Current
         );
     }
@@ -365,5 +366,52 @@ mod tests {
         assert!(newer("opaque", Some("7")));
         assert!(!newer("8", Some("opaque")));
         assert!(newer("8", Some("7")) && !newer("7", Some("8")));
+    }
+
+    /// Makes `owner`'s notes older than [`FRESH_READ_AFTER`].
+    fn age(expectations: &Expectations, owner: &str) {
+        let mut owners = lock(&expectations.owners);
+        let pending = owners.get_mut(owner).expect("notes to age");
+        pending.since = Instant::now()
+            .checked_sub(FRESH_READ_AFTER + Duration::from_secs(1))
+            .expect("a clock past its first seconds");
+    }
+
+    /// A store behind for too long is listed around in every round until
+    /// it shows the owner's writes; one LIST does not make it trusted.
+    #[tokio::test]
+    async fn a_store_read_around_stays_read_around_until_it_catches_up() {
+        use crate::testing::{FakeApi, FedWatch};
+        use k8s_openapi::api::core::v1::Pod;
+
+        let api = FakeApi::default();
+        let pod = |version: &str| {
+            serde_json::from_value::<Pod>(serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a", "namespace": "default", "uid": "a-uid",
+                             "resourceVersion": version},
+            }))
+            .expect("a pod")
+        };
+        api.insert("pods", serde_json::to_value(pod("1")).expect("json"));
+        let lagging = FedWatch::<Pod>::listed([]).await;
+        let reads = WatchReads::from_watch(lagging.watch.clone());
+        reads.writes_of(OWNER).wrote(&pod("1000"));
+        age(&reads.expectations, OWNER);
+        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
+        let read = || async {
+            let read = reads
+                .read_or_list(OWNER, &pods_api, &ListParams::default(), |_| true)
+                .await
+                .expect("a read");
+            read.expect("a stale store is read around, not waited for")
+                .len()
+        };
+        let lists = || api.seen().iter().filter(|s| s.method == "GET").count();
+
+        assert_eq!((read().await, lists()), (1, 1), "listed");
+        assert_eq!((read().await, lists()), (1, 2), "listed again");
+        lagging.apply([pod("1000")]).await;
+        assert_eq!((read().await, lists()), (1, 2), "read from the store");
     }
 }
