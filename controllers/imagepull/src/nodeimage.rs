@@ -155,6 +155,10 @@ async fn round(name: &str, trigger: Trigger, context: &Context) -> Result<Action
                     Trigger::Node => Action::await_change(),
                 })
             }
+            // A NodeImage kept without its node (a fake one): looked at
+            // again on the resync, in case a node of its name appears
+            // (whose rounds leave the timers to this controller).
+            (None, Some(_)) if trigger == Trigger::NodeImage => Ok(Action::requeue(RESYNC)),
             _ => Ok(Action::await_change()),
         },
     }
@@ -357,7 +361,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(action, Action::await_change());
+        assert_eq!(action, Action::requeue(RESYNC), "kept, and looked at again");
         assert!(api.get(&format!("{NODE_IMAGES}/node-fake")).is_some());
         assert_eq!(api.writes().len(), before + 1, "only node-gone's delete");
     }
