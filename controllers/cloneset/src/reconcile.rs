@@ -297,12 +297,8 @@ mod tests {
     }
 
     async fn pods(api: &FakeApi) -> Vec<Value> {
-        let listed = Api::<Pod>::namespaced(api.client(), "default")
-            .list(&ListParams::default())
+        listed::<Pod>(api)
             .await
-            .unwrap();
-        listed
-            .items
             .into_iter()
             .map(|pod| serde_json::to_value(pod).unwrap())
             .collect()
@@ -525,13 +521,13 @@ mod tests {
 
         round().await;
         assert_eq!(pods(&api).await.len(), 2, "created from an empty store");
+        waits_without_a_request(
+            &api,
+            &context,
+            "the store lacks the new pods: no request, nothing created twice",
+        )
+        .await;
         let before = api.seen().len();
-        assert_eq!(round().await, Action::requeue(STORE_WAIT));
-        assert_eq!(
-            api.seen().len(),
-            before,
-            "the store lacks the new pods: no request, nothing created twice"
-        );
 
         pod_watch.apply(listed(&api).await).await;
         assert_ne!(round().await, Action::requeue(STORE_WAIT));
@@ -542,6 +538,17 @@ mod tests {
             .count();
         assert_eq!(created_again, 0, "planned from the store, which has both");
         assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
+    }
+
+    /// A round that waits for the watches and sends nothing.
+    async fn waits_without_a_request(api: &FakeApi, context: &Arc<CloneSetContext>, why: &str) {
+        let before = api.seen().len();
+        assert_eq!(
+            round_in(api, context).await,
+            Action::requeue(STORE_WAIT),
+            "{why}"
+        );
+        assert_eq!(api.seen().len(), before, "{why}");
     }
 
     fn revision_requests(seen: &[Seen]) -> Vec<String> {
@@ -590,20 +597,17 @@ mod tests {
         );
         // The pods arrive: only the revision store is behind now.
         pod_watch.apply(listed(&api).await).await;
-        let before = api.seen().len();
-        assert_eq!(round().await, Action::requeue(STORE_WAIT));
-        assert_eq!(
-            api.seen().len(),
-            before,
-            "the store lacks both revision writes: no request at all"
-        );
+        waits_without_a_request(
+            &api,
+            &context,
+            "the store lacks both revision writes: no request at all",
+        )
+        .await;
 
         // The new revision arrives first: the deleted one is still there.
         let revisions: Vec<ControllerRevision> = listed(&api).await;
         revision_watch.apply(revisions).await;
-        let before = api.seen().len();
-        assert_eq!(round().await, Action::requeue(STORE_WAIT));
-        assert_eq!(api.seen().len(), before, "still waiting for the delete");
+        waits_without_a_request(&api, &context, "still waiting for the delete").await;
 
         revision_watch.delete(old).await;
         assert_ne!(round().await, Action::requeue(STORE_WAIT));
@@ -632,12 +636,6 @@ mod tests {
             [format!("POST {REVISIONS}")]
         );
         pod_watch.apply(listed(&api).await).await;
-        let before = api.seen().len();
-        assert_eq!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));
-        assert_eq!(
-            api.seen().len(),
-            before,
-            "no request, nothing created twice"
-        );
+        waits_without_a_request(&api, &context, "no request, nothing created twice").await;
     }
 }

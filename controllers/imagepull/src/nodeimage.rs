@@ -266,6 +266,13 @@ mod tests {
         })
     }
 
+    /// One round for `name` with no creation delay.
+    async fn round_now(api: &FakeApi, name: &str, trigger: Trigger) -> Action {
+        sync(name, trigger, context(api, Duration::ZERO))
+            .await
+            .unwrap()
+    }
+
     fn job_tag(tag: &str, job_uid: &str) -> Value {
         json!({
             "tag": tag,
@@ -286,9 +293,7 @@ mod tests {
         );
         let before = api.writes().len();
 
-        let action = sync("node-1", Trigger::Node, context(&api, Duration::ZERO))
-            .await
-            .unwrap();
+        let action = round_now(&api, "node-1", Trigger::Node).await;
 
         assert_eq!(action, Action::requeue(Duration::from_secs(1)));
         let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
@@ -338,13 +343,7 @@ mod tests {
         );
         let before = api.writes().len();
 
-        let action = sync(
-            "node-gone",
-            Trigger::NodeImage,
-            context(&api, Duration::ZERO),
-        )
-        .await
-        .unwrap();
+        let action = round_now(&api, "node-gone", Trigger::NodeImage).await;
         assert_eq!(action, Action::await_change());
         assert_eq!(api.get(&format!("{NODE_IMAGES}/node-gone")), None);
         let deleted = api.writes().pop().unwrap();
@@ -354,13 +353,7 @@ mod tests {
             gone["metadata"]["uid"]
         );
 
-        let action = sync(
-            "node-fake",
-            Trigger::NodeImage,
-            context(&api, Duration::ZERO),
-        )
-        .await
-        .unwrap();
+        let action = round_now(&api, "node-fake", Trigger::NodeImage).await;
         assert_eq!(action, Action::requeue(RESYNC), "kept, and looked at again");
         assert!(api.get(&format!("{NODE_IMAGES}/node-fake")).is_some());
         assert_eq!(api.writes().len(), before + 1, "only node-gone's delete");
@@ -389,9 +382,7 @@ mod tests {
             }}}),
         );
 
-        let action = sync("node-1", Trigger::NodeImage, context(&api, Duration::ZERO))
-            .await
-            .unwrap();
+        let action = round_now(&api, "node-1", Trigger::NodeImage).await;
 
         assert_eq!(action, Action::requeue(Duration::from_secs(1)));
         let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
@@ -424,12 +415,8 @@ mod tests {
                    "metadata": {"name": "node-1", "labels": {"zone": "a"}}, "spec": {}}),
         );
 
-        let by_image = sync("node-1", Trigger::NodeImage, context(&api, Duration::ZERO))
-            .await
-            .unwrap();
-        let by_node = sync("node-1", Trigger::Node, context(&api, Duration::ZERO))
-            .await
-            .unwrap();
+        let by_image = round_now(&api, "node-1", Trigger::NodeImage).await;
+        let by_node = round_now(&api, "node-1", Trigger::Node).await;
 
         assert_eq!(by_image, Action::requeue(RESYNC));
         assert_eq!(by_node, Action::await_change());
