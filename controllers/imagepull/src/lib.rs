@@ -10,7 +10,9 @@
 //!   its TTL.
 //!
 //! The node agent does the pulls and reports in the NodeImage's status.
-//! Both controllers read what they decide on fresh, and every decision is
+//! The ImagePullJob controller reads what it decides on fresh; the
+//! NodeImage controller reads its watches and confirms fresh what a
+//! lagging watch would make it delete. Every decision is
 //! `kruise_core::imagepull`'s.
 
 pub mod job;

@@ -1,14 +1,20 @@
 //! The NodeImage controller: one round per node name, driven by Node and
-//! NodeImage changes alike, reads both fresh and does what
+//! NodeImage changes alike, reads both from its watches and does what
 //! [`kruise_core::imagepull::nodeimage`] says: create or delete the
 //! NodeImage, clean its spec, fail the tags its node never answered for.
+//!
+//! A round reads the API server only to confirm what the watches cannot
+//! prove: that a node is gone before its NodeImage is deleted, and that a
+//! job the job watch lacks is gone before its tags are dropped (a watch
+//! can lag behind a job made a moment ago, whose tags the ImagePullJob
+//! controller is already writing). Pull secrets are still read fresh.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{ImagePullJob, NodeImage, Stored};
 use kruise_controller_runtime::api_error::{
@@ -17,39 +23,109 @@ use kruise_controller_runtime::api_error::{
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::status::replace_status;
 use kruise_controller_runtime::{metrics, outcome, readiness};
-use kruise_core::imagepull::nodeimage::{Lifecycle, Referents, housekeep, lifecycle, watchdog};
-use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kruise_core::imagepull::nodeimage::{
+    Lifecycle, Referents, housekeep, job_owners, lifecycle, watchdog,
+};
+use kube::api::{DeleteParams, PartialObjectMeta, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::{Error, Options, failed};
 
 pub const CONTROLLER_NAME: &str = "kruise-nodeimage-controller";
-/// Its second cache, the nodes (readiness waits for both).
+/// Its second cache, the nodes (readiness waits for all three).
 pub const NODES_CACHE: &str = "kruise-nodeimage-controller/nodes";
+/// Its third, the ImagePullJobs' metadata.
+pub const JOBS_CACHE: &str = "kruise-nodeimage-controller/imagepulljobs";
 /// Every NodeImage is looked at again this often without an event (the
 /// watchdog's deadlines are minutes long).
 const RESYNC: Duration = Duration::from_secs(30);
 /// The soonest a round follows another for the same node.
 const MIN_REQUEUE: Duration = Duration::from_secs(3);
+/// How soon a round started before the watches' first lists tries again.
+const STORE_WAIT: Duration = Duration::from_secs(1);
+
+type JobMeta = PartialObjectMeta<Stored<ImagePullJob>>;
 
 struct Context {
     client: Client,
     options: Options,
     backoff: Backoff,
+    stores: Stores,
+}
+
+/// What a round reads: the two controllers' own watches (nodes and
+/// NodeImages) and a metadata watch of the ImagePullJobs.
+#[derive(Clone)]
+struct Stores {
+    nodes: Store<Node>,
+    images: Store<Stored<NodeImage>>,
+    jobs: Store<JobMeta>,
+}
+
+impl Stores {
+    /// Whether all three hold their first list: before that, an object
+    /// missing from one may well exist.
+    fn listed(&self) -> bool {
+        is_listed(&self.nodes) && is_listed(&self.images) && is_listed(&self.jobs)
+    }
+
+    /// Whether the job watch holds the job `owner` names, with its UID.
+    fn has_job(&self, owner: &ObjectReference) -> bool {
+        let (Some(namespace), Some(name)) = (&owner.namespace, &owner.name) else {
+            return false;
+        };
+        self.jobs
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_some_and(|job| job.metadata.uid == owner.uid)
+    }
+}
+
+/// Asked without waiting: kube-runtime's store wakes only one of several
+/// waiters (see `readiness`), and a round must not hang on it.
+fn is_listed<K>(store: &Store<K>) -> bool
+where
+    K: reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// Runs the controller until the task is dropped.
 pub async fn run(client: Client, options: Options) {
-    let context = Arc::new(Context {
-        backoff: Backoff::default(),
-        client: client.clone(),
-        options,
-    });
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let by_node = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default());
+    let by_image = Controller::new(
+        Api::<Stored<NodeImage>>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let (jobs, jobs_writer) = reflector::store();
+    // Metadata only: a round needs a job's name and UID.
+    let job_events = watcher(
+        Api::<JobMeta>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff();
+    let job_watch = reflector::reflector(jobs_writer, job_events).for_each(|event| async move {
+        if let Err(error) = event {
+            tracing::warn!(controller = CONTROLLER_NAME, %error, "ImagePullJob watch failed: retrying");
+        }
+    });
     readiness::global().track(NODES_CACHE, by_node.store());
+    readiness::global().track(CONTROLLER_NAME, by_image.store());
+    readiness::global().track(JOBS_CACHE, jobs.clone());
+    let context = Arc::new(Context {
+        stores: Stores {
+            nodes: by_node.store(),
+            images: by_image.store(),
+            jobs,
+        },
+        backoff: Backoff::default(),
+        client,
+        options,
+    });
     let by_node = by_node
         .run(
             metrics::timed(CONTROLLER_NAME, |node: Arc<Node>, context| async move {
@@ -59,11 +135,6 @@ pub async fn run(client: Client, options: Options) {
             context.clone(),
         )
         .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) });
-    let by_image = Controller::new(
-        Api::<Stored<NodeImage>>::all(client),
-        watcher::Config::default(),
-    );
-    readiness::global().track(CONTROLLER_NAME, by_image.store());
     let by_image = by_image
         .run(
             metrics::timed(
@@ -76,7 +147,7 @@ pub async fn run(client: Client, options: Options) {
             context,
         )
         .for_each(|result| async move { outcome::log(CONTROLLER_NAME, &result) });
-    futures::join!(by_node, by_image);
+    futures::join!(by_node, by_image, job_watch);
 }
 
 // The signature is kube-runtime's error policy.
@@ -91,7 +162,7 @@ fn on_error<K: ResourceExt>(object: Arc<K>, error: &Error, context: Arc<Context>
 /// Which of the two controllers runs a round. Both run the same round for
 /// a node's name, but only the NodeImage's keeps an existing NodeImage's
 /// timers (spec clean-up, watchdog, resync): with both keeping them, every
-/// NodeImage was looked at twice as often, three reads each time.
+/// NodeImage was looked at twice as often.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Trigger {
     Node,
@@ -105,20 +176,37 @@ async fn sync(name: &str, trigger: Trigger, context: Arc<Context>) -> Result<Act
 }
 
 async fn round(name: &str, trigger: Trigger, context: &Context) -> Result<Action, Error> {
-    let nodes: Api<Node> = Api::all(context.client.clone());
+    if !context.stores.listed() {
+        return Ok(Action::requeue(STORE_WAIT));
+    }
     let images: Api<NodeImage> = Api::all(context.client.clone());
-    let node = nodes.get_opt(name).await.map_err(failed("read the node"))?;
-    let image = images
-        .get_opt(name)
-        .await
-        .map_err(failed("read the NodeImage"))?;
+    let stored = context.stores.images.get(&ObjectRef::new(name));
+    let mut node = context
+        .stores
+        .nodes
+        .get(&ObjectRef::new(name))
+        .map(|n| Node::clone(&n));
+    // An unreadable NodeImage still has its metadata: enough to create
+    // or delete by, not to tend.
+    let image = stored.as_ref().map(|s| match &s.object {
+        Ok(image) => image.clone(),
+        Err(_) => NodeImage {
+            metadata: s.metadata.clone(),
+            ..NodeImage::default()
+        },
+    });
     let now = Timestamp::now();
-    match lifecycle(
-        node.as_ref(),
-        image.as_ref(),
-        context.options.creation_delay,
-        now,
-    ) {
+    let delay = context.options.creation_delay;
+    let mut decision = lifecycle(node.as_ref(), image.as_ref(), delay, now);
+    if decision == Lifecycle::Delete {
+        // The node watch may lag behind a node made a moment ago.
+        node = Api::<Node>::all(context.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(failed("read the node"))?;
+        decision = lifecycle(node.as_ref(), image.as_ref(), delay, now);
+    }
+    match decision {
         Lifecycle::Create => {
             let mut created = NodeImage::default();
             created.metadata.name = Some(name.to_owned());
@@ -147,8 +235,15 @@ async fn round(name: &str, trigger: Trigger, context: &Context) -> Result<Action
             Ok(Action::await_change())
         }
         Lifecycle::WaitToCreate(after) => Ok(Action::requeue(after)),
-        Lifecycle::Keep => match (node, image) {
-            (Some(node), Some(image)) => {
+        Lifecycle::Keep => match (node, stored) {
+            (Some(node), Some(stored)) => {
+                let image = match &stored.object {
+                    Ok(image) => image.clone(),
+                    Err(reason) => {
+                        tracing::warn!(node = name, %reason, "cannot read the NodeImage: skipped");
+                        return Ok(Action::await_change());
+                    }
+                };
                 let action = tend(context, &images, &node, image, now).await?;
                 Ok(match trigger {
                     Trigger::NodeImage => action,
@@ -165,6 +260,8 @@ async fn round(name: &str, trigger: Trigger, context: &Context) -> Result<Action
 }
 
 /// Spec clean-up first (one replace); when the spec is clean, the watchdog.
+/// Written from the watch's copy: one it has not caught up with answers a
+/// conflict, and the next round tries again.
 async fn tend(
     context: &Context,
     images: &Api<NodeImage>,
@@ -197,18 +294,15 @@ async fn tend(
     Ok(Action::requeue(next))
 }
 
-/// The jobs that exist (by UID) and the pull secrets of this NodeImage
-/// that exist.
+/// The jobs this NodeImage names that exist (by UID) and its pull
+/// secrets that exist.
 async fn referents(context: &Context, image: &NodeImage) -> Result<Referents, Error> {
-    let jobs = Api::<Stored<ImagePullJob>>::all(context.client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(failed("list the ImagePullJobs"))?;
-    let job_uids = jobs
-        .items
-        .into_iter()
-        .filter_map(|j| j.metadata.uid)
-        .collect();
+    let mut job_uids = BTreeSet::new();
+    for owner in job_owners(image) {
+        if context.stores.has_job(owner) || job_exists(context, owner).await? {
+            job_uids.extend(owner.uid.clone());
+        }
+    }
     let mut secrets = BTreeSet::new();
     let wanted: BTreeSet<(String, String)> = image
         .spec
@@ -231,6 +325,18 @@ async fn referents(context: &Context, image: &NodeImage) -> Result<Referents, Er
     Ok(Referents { job_uids, secrets })
 }
 
+/// A fresh read of the job `owner` names: whether it exists with that UID.
+async fn job_exists(context: &Context, owner: &ObjectReference) -> Result<bool, Error> {
+    let (Some(namespace), Some(name)) = (&owner.namespace, &owner.name) else {
+        return Ok(false);
+    };
+    let job = Api::<Stored<ImagePullJob>>::namespaced(context.client.clone(), namespace)
+        .get_metadata_opt(name)
+        .await
+        .map_err(failed("read an ImagePullJob"))?;
+    Ok(job.is_some_and(|job| job.metadata.uid == owner.uid))
+}
+
 /// One round of the NodeImage controller against a fake API server: the
 /// NodeImage made for a Ready node (its name and labels), a wait while the
 /// node is Ready for less than the creation delay, the NodeImage of a
@@ -240,6 +346,7 @@ async fn referents(context: &Context, image: &NodeImage) -> Result<Referents, Er
 #[allow(clippy::unwrap_used)]
 mod tests {
     use kruise_controller_runtime::testing::FakeApi;
+    use kube::api::ListParams;
     use serde_json::{Value, json};
 
     use super::*;
@@ -255,22 +362,63 @@ mod tests {
         })
     }
 
-    fn context(api: &FakeApi, creation_delay: Duration) -> Arc<Context> {
+    /// A store that has listed `objects`.
+    fn store_of<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: reflector::Lookup + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        store
+    }
+
+    /// A context whose watches hold what the API server holds now.
+    async fn context(api: &FakeApi, creation_delay: Duration) -> Arc<Context> {
+        let client = api.client();
+        let all = ListParams::default();
+        let nodes = Api::<Node>::all(client.clone()).list(&all).await.unwrap();
+        let images = Api::<Stored<NodeImage>>::all(client.clone());
+        let jobs = Api::<Stored<ImagePullJob>>::all(client.clone());
+        let stores = Stores {
+            nodes: store_of(nodes.items),
+            images: store_of(images.list(&all).await.unwrap().items),
+            jobs: store_of(jobs.list_metadata(&all).await.unwrap().items),
+        };
         Arc::new(Context {
-            client: api.client(),
+            client,
             options: Options {
                 creation_delay,
                 ..Options::default()
             },
             backoff: Backoff::default(),
+            stores,
         })
     }
 
-    /// One round for `name` with no creation delay.
+    /// One round for `name` with no creation delay, on watches that hold
+    /// what the API server holds.
     async fn round_now(api: &FakeApi, name: &str, trigger: Trigger) -> Action {
-        sync(name, trigger, context(api, Duration::ZERO))
-            .await
-            .unwrap()
+        let context = context(api, Duration::ZERO).await;
+        sync(name, trigger, context).await.unwrap()
+    }
+
+    /// The requests sent since the first `since` (method and path).
+    fn requests_after(api: &FakeApi, since: usize) -> Vec<(String, String)> {
+        api.seen()[since..]
+            .iter()
+            .map(|s| (s.method.clone(), s.path.clone()))
+            .collect()
+    }
+
+    fn job(uid: &str) -> Value {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+               "metadata": {"name": uid, "namespace": "default", "uid": uid},
+               "spec": {"image": "nginx:1.25", "completionPolicy": {}}})
     }
 
     fn job_tag(tag: &str, job_uid: &str) -> Value {
@@ -312,13 +460,8 @@ mod tests {
         api.insert("nodes", ready_node("node-1", &json!({}), Timestamp::now()));
         let before = api.writes().len();
 
-        let action = sync(
-            "node-1",
-            Trigger::Node,
-            context(&api, Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
+        let context = context(&api, Duration::from_secs(30)).await;
+        let action = sync("node-1", Trigger::Node, context).await.unwrap();
 
         assert_ne!(action, Action::await_change());
         assert_ne!(action, Action::requeue(Duration::from_secs(1)));
@@ -366,12 +509,7 @@ mod tests {
             "nodes",
             ready_node("node-1", &json!({"zone": "b"}), Timestamp::UNIX_EPOCH),
         );
-        api.insert(
-            "imagepulljobs",
-            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
-                   "metadata": {"name": "live-job", "namespace": "default", "uid": "live-job"},
-                   "spec": {"image": "nginx:1.25", "completionPolicy": {}}}),
-        );
+        api.insert("imagepulljobs", job("live-job"));
         api.insert(
             "nodeimages",
             json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
@@ -382,9 +520,25 @@ mod tests {
             }}}),
         );
 
-        let action = round_now(&api, "node-1", Trigger::NodeImage).await;
+        let context = context(&api, Duration::ZERO).await;
+        let before = api.seen().len();
+
+        let action = sync("node-1", Trigger::NodeImage, context).await.unwrap();
 
         assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        // The job the watch lacks is read fresh before its tag goes; the
+        // live one is not read.
+        assert_eq!(
+            requests_after(&api, before),
+            [
+                (
+                    "GET".to_owned(),
+                    "/apis/apps.kruise.io/v1alpha1/namespaces/default/imagepulljobs/gone-job"
+                        .to_owned()
+                ),
+                ("PUT".to_owned(), format!("{NODE_IMAGES}/node-1")),
+            ]
+        );
         let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
         assert_eq!(image["metadata"]["labels"], json!({"zone": "b"}));
         let kept: Vec<&String> = image["spec"]["images"]
@@ -394,9 +548,6 @@ mod tests {
             .collect();
         assert_eq!(kept, ["nginx"]);
         assert_eq!(image["spec"]["images"]["nginx"]["tags"][0]["tag"], "1.25");
-        let methods: Vec<String> = api.writes().into_iter().map(|w| w.method).collect();
-        // One replace of the NodeImage.
-        assert_eq!(methods, ["PUT"]);
     }
 
     /// A NodeImage that needs nothing is looked at again on its own
@@ -421,5 +572,112 @@ mod tests {
         assert_eq!(by_image, Action::requeue(RESYNC));
         assert_eq!(by_node, Action::await_change());
         assert_eq!(api.writes(), [], "nothing to clean, nothing to fail");
+    }
+
+    /// A node and its NodeImage with a live job's tag, all in the watches:
+    /// the round reads nothing from the API server.
+    #[tokio::test]
+    async fn a_settled_node_image_is_looked_at_without_a_request() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({"zone": "a"}), Timestamp::UNIX_EPOCH),
+        );
+        api.insert("imagepulljobs", job("live-job"));
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-1", "labels": {"zone": "a"}},
+                   "spec": {"images": {"nginx": {"tags": [job_tag("1.25", "live-job")]}}},
+                   "status": {"desired": 1}}),
+        );
+        let context = context(&api, Duration::ZERO).await;
+        let before = api.seen().len();
+
+        let action = sync("node-1", Trigger::NodeImage, context).await.unwrap();
+
+        assert_eq!(action, Action::requeue(RESYNC));
+        assert_eq!(requests_after(&api, before), []);
+    }
+
+    /// A job made after the job watch's last change (its tag already
+    /// written): read fresh, found, and its tag kept.
+    #[tokio::test]
+    async fn a_job_the_watch_has_not_seen_yet_keeps_its_tag() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({}), Timestamp::UNIX_EPOCH),
+        );
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-1"},
+                   "spec": {"images": {"nginx": {"tags": [job_tag("1.25", "new-job")]}}},
+                   "status": {"desired": 1}}),
+        );
+        let context = context(&api, Duration::ZERO).await;
+        api.insert("imagepulljobs", job("new-job"));
+
+        let action = sync("node-1", Trigger::NodeImage, context).await.unwrap();
+
+        assert_eq!(action, Action::requeue(RESYNC));
+        assert_eq!(api.writes(), [], "the tag is kept");
+        let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
+        assert_eq!(image["spec"]["images"]["nginx"]["tags"][0]["tag"], "1.25");
+    }
+
+    /// A node the node watch has not seen yet: read fresh before its
+    /// NodeImage would be deleted, found, and the NodeImage kept.
+    #[tokio::test]
+    async fn a_node_image_is_deleted_only_when_a_fresh_read_misses_its_node() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-1"}, "spec": {}}),
+        );
+        let context = context(&api, Duration::ZERO).await;
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({}), Timestamp::UNIX_EPOCH),
+        );
+        let before = api.seen().len();
+
+        sync("node-1", Trigger::NodeImage, context).await.unwrap();
+
+        assert_eq!(
+            requests_after(&api, before),
+            [("GET".to_owned(), "/api/v1/nodes/node-1".to_owned())]
+        );
+        assert!(api.get(&format!("{NODE_IMAGES}/node-1")).is_some());
+    }
+
+    /// Before the watches' first lists, a round decides nothing (a node or
+    /// NodeImage missing from an empty store may exist) and asks again soon.
+    #[tokio::test]
+    async fn a_round_waits_for_the_watches_first_lists() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({}), Timestamp::UNIX_EPOCH),
+        );
+        let listed = context(&api, Duration::ZERO).await;
+        let (unlisted, _writer) = reflector::store();
+        let context = Arc::new(Context {
+            client: api.client(),
+            options: listed.options.clone(),
+            backoff: Backoff::default(),
+            stores: Stores {
+                images: unlisted,
+                ..listed.stores.clone()
+            },
+        });
+        let before = api.seen().len();
+
+        let action = sync("node-1", Trigger::Node, context).await.unwrap();
+
+        assert_eq!(action, Action::requeue(STORE_WAIT));
+        assert_eq!(requests_after(&api, before), []);
     }
 }

@@ -16,8 +16,8 @@ use kruise_api::nodeimage::{
     ImageTagStatus, NodeImage, NodeImageStatus, ReferenceObject,
 };
 use kruise_core::imagepull::nodeimage::{
-    self, Lifecycle, MESSAGE_DEADLINE, MESSAGE_NODE_SILENT, Referents, housekeep, lifecycle,
-    recount, watchdog,
+    self, Lifecycle, MESSAGE_DEADLINE, MESSAGE_NODE_SILENT, Referents, housekeep, job_owners,
+    lifecycle, recount, watchdog,
 };
 use kruise_core::imagepull::puller::{self, Report, attempt_timeout, attempts, merge, retry_delay};
 use kruise_core::imagepull::secrets::{
@@ -202,6 +202,30 @@ fn housekeeping_copies_labels_and_drops_what_nobody_wants() {
     assert_eq!(nginx.tags[0].owner_references.len(), 1);
     assert_eq!(nginx.pull_secrets.len(), 1);
     assert_eq!(nginx.pull_secrets[0].name.as_deref(), Some("kept"));
+}
+
+#[test]
+fn the_jobs_a_node_image_names_are_listed_once_each() {
+    let mut image = node_image(vec![
+        tag("a", Some(ago(5)), &["job-1", "job-2"]),
+        tag("b", Some(ago(5)), &["job-2"]),
+    ]);
+    let nginx = image.spec.images.get_mut("nginx").unwrap();
+    nginx.tags[1].owner_references.push(ObjectReference {
+        kind: Some("Pod".to_owned()),
+        api_version: Some("v1".to_owned()),
+        uid: Some("a-pod".to_owned()),
+        ..ObjectReference::default()
+    });
+    nginx.tags[1].owner_references.push(ObjectReference {
+        uid: None,
+        ..job_owner("")
+    });
+    let uids: Vec<&str> = job_owners(&image)
+        .iter()
+        .filter_map(|o| o.uid.as_deref())
+        .collect();
+    assert_eq!(uids, ["job-1", "job-2"], "jobs only, with a UID, once");
 }
 
 #[test]

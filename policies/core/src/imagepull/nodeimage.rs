@@ -119,6 +119,22 @@ impl Referents {
     }
 }
 
+/// The ImagePullJobs a NodeImage's tags name as owners, each once (by
+/// UID): the jobs whose existence [`housekeep`] asks [`Referents`] about.
+/// A reference without a UID names no job that could exist.
+pub fn job_owners(node_image: &NodeImage) -> Vec<&ObjectReference> {
+    let mut seen = BTreeSet::new();
+    node_image
+        .spec
+        .images
+        .values()
+        .flat_map(|i| &i.tags)
+        .flat_map(|t| &t.owner_references)
+        .filter(|o| is_job_reference(o))
+        .filter(|o| o.uid.as_deref().is_some_and(|uid| seen.insert(uid)))
+        .collect()
+}
+
 /// The outcome of cleaning a NodeImage's spec.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Housekeeping {
