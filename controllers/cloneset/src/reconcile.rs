@@ -26,6 +26,8 @@ use super::reads::{self, CloneSetContext, Owned};
 /// CloneSet's last writes (their watch events usually start the next
 /// round sooner).
 const STORE_WAIT: Duration = Duration::from_secs(1);
+/// How many names a round tries for its update revision.
+const REVISION_ATTEMPTS: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -35,6 +37,8 @@ pub enum ReconcileError {
     Incomplete,
     #[error("the CloneSet's selector: {0}")]
     Selector(String),
+    #[error("every name tried for the update revision is taken by other data")]
+    RevisionNames,
 }
 
 impl ReconcileError {
@@ -183,7 +187,12 @@ async fn reconcile_cloneset(
 }
 
 /// Makes the update revision exist among the CloneSet's `revisions` (a
-/// few: the history limit), noting the write.
+/// few: the history limit), noting the write. A name someone else holds
+/// is read and planned again with: the same data is taken as it is (as
+/// Kubernetes' own controllers do), other data moves to the next name.
+/// Such a revision is not among `revisions`: one left by a CloneSet of
+/// the same name deleted with `--cascade=orphan`, or written by a second
+/// manager.
 async fn sync_revisions(
     revision_api: &Api<ControllerRevision>,
     written: OwnerWrites<'_>,
@@ -191,29 +200,44 @@ async fn sync_revisions(
     revisions: &[ControllerRevision],
     pods: &[Pod],
 ) -> Result<RevisionPlan, ReconcileError> {
-    let revision_plan = plan_revisions(cloneset, revisions, pods);
-    match &revision_plan.write {
-        RevisionWrite::None => {}
-        RevisionWrite::Create(revision) => {
-            let created = revision_api
-                .create(&PostParams::default(), revision)
-                .await
-                .map_err(ReconcileError::api("create the update revision"))?;
-            written.wrote(&created);
+    let mut known = revisions.to_vec();
+    for _ in 0..REVISION_ATTEMPTS {
+        let revision_plan = plan_revisions(cloneset, &known, pods);
+        match &revision_plan.write {
+            RevisionWrite::None => {}
+            RevisionWrite::Create(revision) => {
+                match revision_api.create(&PostParams::default(), revision).await {
+                    Ok(created) => written.wrote(&created),
+                    Err(error) if api_error::is_already_exists(&error) => {
+                        let name = revision.metadata.name.as_deref().unwrap_or_default();
+                        let found = revision_api
+                            .get(name)
+                            .await
+                            .map_err(ReconcileError::api(format!("read revision {name}")))?;
+                        known.retain(|r| r.metadata.name != found.metadata.name);
+                        known.push(found);
+                        continue;
+                    }
+                    Err(error) => {
+                        return Err(ReconcileError::api("create the update revision")(error));
+                    }
+                }
+            }
+            RevisionWrite::Bump { name, revision } => {
+                let bumped = revision_api
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "revision": revision })),
+                    )
+                    .await
+                    .map_err(ReconcileError::api(format!("bump revision {name}")))?;
+                written.wrote(&bumped);
+            }
         }
-        RevisionWrite::Bump { name, revision } => {
-            let bumped = revision_api
-                .patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "revision": revision })),
-                )
-                .await
-                .map_err(ReconcileError::api(format!("bump revision {name}")))?;
-            written.wrote(&bumped);
-        }
+        return Ok(revision_plan);
     }
-    Ok(revision_plan)
+    Err(ReconcileError::RevisionNames)
 }
 
 #[cfg(test)]
@@ -637,5 +661,42 @@ mod tests {
         );
         pod_watch.apply(listed(&api).await).await;
         waits_without_a_request(&api, &context, "no request, nothing created twice").await;
+    }
+
+    /// A revision of the update revision's name that the CloneSet does
+    /// not own (left by a CloneSet of the same name deleted with
+    /// `--cascade=orphan`): read after the create's 409 and taken, rather
+    /// than the create retried until someone removes it.
+    #[tokio::test]
+    async fn a_revision_left_under_the_update_revisions_name_is_taken() {
+        let api = FakeApi::default();
+        let created = api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+        let typed: CloneSet = serde_json::from_value(created).unwrap();
+        let RevisionWrite::Create(mut orphan) = plan_revisions(&typed, &[], &[]).write else {
+            panic!("a CloneSet without revisions creates one");
+        };
+        orphan.metadata.owner_references = None;
+        let name = orphan.metadata.name.clone().unwrap();
+        api.insert(
+            "controllerrevisions",
+            serde_json::to_value(&orphan).unwrap(),
+        );
+
+        round(&api).await;
+
+        let requests = revision_requests(&api.seen());
+        assert_eq!(
+            requests[1..],
+            [
+                format!("POST {REVISIONS}"),
+                format!("GET {REVISIONS}/{name}")
+            ]
+        );
+        let pods = pods(&api).await;
+        assert_eq!(pods.len(), 2);
+        for pod in &pods {
+            assert_eq!(pod["metadata"]["labels"]["controller-revision-hash"], name);
+        }
+        assert_eq!(listed::<ControllerRevision>(&api).await.len(), 1);
     }
 }
