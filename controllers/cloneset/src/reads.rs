@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_api::CloneSet;
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::expectations::WatchReads;
-use kruise_core::owner::is_controlled_by;
+use kruise_core::owner::{is_controlled_by, is_orphan};
 use kruise_core::selector::{matches, to_selector_string, validate};
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
@@ -56,13 +56,35 @@ pub async fn read(
         uid,
         key,
     };
-    let Some(pods) = owner.objects(&context.pods, "list pods").await? else {
+    let Some(pods) = owner
+        .objects(&context.pods, Claim::Controlled, "list pods")
+        .await?
+    else {
         return Ok(None);
     };
-    let Some(revisions) = owner.objects(&context.revisions, "list revisions").await? else {
+    let Some(revisions) = owner
+        .objects(
+            &context.revisions,
+            Claim::ControlledOrOrphan,
+            "list revisions",
+        )
+        .await?
+    else {
         return Ok(None);
     };
     Ok(Some(Owned { pods, revisions }))
+}
+
+/// Which of the objects its selector matches a CloneSet reads as its own.
+#[derive(Clone, Copy)]
+enum Claim {
+    /// Those it controls: its pods (OpenKruise never adopts orphans).
+    Controlled,
+    /// Those it controls and those no one does: its revisions, as
+    /// Kubernetes' revision history lists them, so a revision left by a
+    /// CloneSet of the same name deleted with `--cascade=orphan` is taken
+    /// again rather than recreated under a taken name.
+    ControlledOrOrphan,
 }
 
 /// The CloneSet whose objects a round reads.
@@ -75,11 +97,13 @@ struct Owner<'a> {
 }
 
 impl Owner<'_> {
-    /// The objects of `reads` in the CloneSet's namespace that it controls
-    /// and its selector matches (those a LIST by the selector would give).
+    /// The objects of `reads` in the CloneSet's namespace that its
+    /// selector matches (those a LIST by the selector would give) and
+    /// `claim` takes.
     async fn objects<K>(
         &self,
         reads: &WatchReads<K>,
+        claim: Claim,
         what: &str,
     ) -> Result<Option<Vec<K>>, ReconcileError>
     where
@@ -96,7 +120,12 @@ impl Owner<'_> {
         let params = ListParams::default().labels(&to_selector_string(selector));
         let owned = |object: &K| {
             object.namespace().as_deref() == Some(self.namespace)
-                && is_controlled_by(object.meta(), self.uid)
+                && match claim {
+                    Claim::Controlled => is_controlled_by(object.meta(), self.uid),
+                    Claim::ControlledOrOrphan => {
+                        is_controlled_by(object.meta(), self.uid) || is_orphan(object.meta())
+                    }
+                }
                 && matches(selector, object.labels()).unwrap_or(false)
         };
         let read = reads

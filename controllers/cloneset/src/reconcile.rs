@@ -663,40 +663,68 @@ mod tests {
         waits_without_a_request(&api, &context, "no request, nothing created twice").await;
     }
 
-    /// A revision of the update revision's name that the CloneSet does
-    /// not own (left by a CloneSet of the same name deleted with
-    /// `--cascade=orphan`): read after the create's 409 and taken, rather
-    /// than the create retried until someone removes it.
-    #[tokio::test]
-    async fn a_revision_left_under_the_update_revisions_name_is_taken() {
+    /// The revision a new CloneSet would create, stored beforehand under
+    /// another controller (`Some(uid)`) or none: one left by a CloneSet of
+    /// the same name, still being deleted or deleted with
+    /// `--cascade=orphan`. Returns the API and the revision's name.
+    fn revision_left_behind(controller: Option<&str>) -> (FakeApi, String) {
         let api = FakeApi::default();
         let created = api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
         let typed: CloneSet = serde_json::from_value(created).unwrap();
-        let RevisionWrite::Create(mut orphan) = plan_revisions(&typed, &[], &[]).write else {
+        let RevisionWrite::Create(mut left) = plan_revisions(&typed, &[], &[]).write else {
             panic!("a CloneSet without revisions creates one");
         };
-        orphan.metadata.owner_references = None;
-        let name = orphan.metadata.name.clone().unwrap();
-        api.insert(
-            "controllerrevisions",
-            serde_json::to_value(&orphan).unwrap(),
-        );
+        for reference in left.metadata.owner_references.iter_mut().flatten() {
+            match controller {
+                Some(uid) => uid.clone_into(&mut reference.uid),
+                None => reference.controller = None,
+            }
+        }
+        let name = left.metadata.name.clone().unwrap();
+        api.insert("controllerrevisions", serde_json::to_value(&left).unwrap());
+        (api, name)
+    }
 
-        round(&api).await;
-
-        let requests = revision_requests(&api.seen());
-        assert_eq!(
-            requests[1..],
-            [
-                format!("POST {REVISIONS}"),
-                format!("GET {REVISIONS}/{name}")
-            ]
-        );
-        let pods = pods(&api).await;
+    /// Every pod of the round carries the revision `name`, the only one.
+    async fn all_pods_on(api: &FakeApi, name: &str) {
+        let pods = pods(api).await;
         assert_eq!(pods.len(), 2);
         for pod in &pods {
             assert_eq!(pod["metadata"]["labels"]["controller-revision-hash"], name);
         }
-        assert_eq!(listed::<ControllerRevision>(&api).await.len(), 1);
+        assert_eq!(listed::<ControllerRevision>(api).await.len(), 1);
+    }
+
+    /// An orphaned revision the selector matches is read as the
+    /// CloneSet's, as Kubernetes' revision history lists them, and taken.
+    #[tokio::test]
+    async fn an_orphaned_revision_of_the_same_template_is_taken() {
+        let (api, name) = revision_left_behind(None);
+
+        round(&api).await;
+
+        assert_eq!(revision_requests(&api.seen()), [format!("GET {REVISIONS}")]);
+        all_pods_on(&api, &name).await;
+    }
+
+    /// A revision under the update revision's name that another controller
+    /// holds is not read as the CloneSet's: it is read after the create's
+    /// 409 and, holding the same data, taken, rather than the create
+    /// retried until it goes.
+    #[tokio::test]
+    async fn a_revision_another_controller_holds_under_the_name_is_read_and_taken() {
+        let (api, name) = revision_left_behind(Some("old-cloneset-uid"));
+
+        round(&api).await;
+
+        assert_eq!(
+            revision_requests(&api.seen()),
+            [
+                format!("GET {REVISIONS}"),
+                format!("POST {REVISIONS}"),
+                format!("GET {REVISIONS}/{name}")
+            ]
+        );
+        all_pods_on(&api, &name).await;
     }
 }

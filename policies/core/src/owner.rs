@@ -28,3 +28,44 @@ pub fn is_controlled_by(object: &ObjectMeta, owner_uid: &str) -> bool {
         .flatten()
         .any(|r| r.controller == Some(true) && r.uid == owner_uid)
 }
+
+/// Whether `object` has no controller (an orphan: its owner was deleted
+/// with `--cascade=orphan`, or it never had one).
+pub fn is_orphan(object: &ObjectMeta) -> bool {
+    !object
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned_by(references: &[(&str, Option<bool>)]) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: Some(
+                references
+                    .iter()
+                    .map(|(uid, controller)| OwnerReference {
+                        uid: (*uid).to_owned(),
+                        controller: *controller,
+                        ..OwnerReference::default()
+                    })
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn only_a_controller_reference_makes_an_object_controlled() {
+        let controlled = owned_by(&[("a", Some(false)), ("b", Some(true))]);
+        assert!(is_controlled_by(&controlled, "b"));
+        assert!(!is_controlled_by(&controlled, "a"));
+        assert!(!is_orphan(&controlled));
+        assert!(is_orphan(&owned_by(&[("a", Some(false)), ("c", None)])));
+        assert!(is_orphan(&ObjectMeta::default()));
+    }
+}
