@@ -1,8 +1,13 @@
-//! The ImagePullJob controller: one round per job reads it, its targets
-//! and their NodeImages fresh, mirrors its pull secrets, writes its tag
-//! into as many NodeImages as `parallelism` allows, frees the nodes of
-//! tags it no longer wants, and writes its status. Decisions are
+//! The ImagePullJob controller: one round per job reads it fresh, its
+//! targets' NodeImages and the pods of its `podSelector` from the
+//! manager's shared watches, mirrors its pull secrets, writes its tag into
+//! as many NodeImages as `parallelism` allows, frees the nodes of tags it
+//! no longer wants, and writes its status. Decisions are
 //! [`kruise_core::imagepull::job`]'s.
+//!
+//! The NodeImages are read from the watch only once it shows the job's own
+//! tag writes (the expectations the CloneSet's pods use): a watch behind
+//! them would count fewer nodes pulling and tag more than `parallelism`.
 //!
 //! A running job is looked at again every [`RESYNC`] (a Never job every
 //! [`NEVER_RESYNC`], to find new nodes), so progress never waits on an
@@ -23,7 +28,9 @@ use kruise_controller_runtime::api_error::{
 };
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
+use kruise_controller_runtime::expectations::WatchReads;
 use kruise_controller_runtime::random::random_u64;
+use kruise_controller_runtime::shared::SharedWatch;
 use kruise_controller_runtime::status::replace_status;
 use kruise_controller_runtime::{metrics, outcome, readiness};
 use kruise_core::imagepull::job::{
@@ -46,35 +53,60 @@ pub const CONTROLLER_NAME: &str = "kruise-imagepulljob-controller";
 pub const RESYNC: Duration = Duration::from_secs(2);
 /// How often a Never job looks for new target nodes.
 pub const NEVER_RESYNC: Duration = Duration::from_secs(10);
+/// How soon a round whose NodeImage watch lacks the job's last tag writes
+/// looks again (their watch events usually start it sooner).
+const STORE_WAIT: Duration = Duration::from_secs(1);
 
 struct Context {
     client: Client,
     options: Options,
     events: Events,
     backoff: Backoff,
+    /// Per job (`namespace/name`), the job's own NodeImage writes awaited.
+    node_images: WatchReads<Stored<NodeImage>>,
+    /// The pods of `podSelector`s (the job writes none: nothing awaited).
+    pods: WatchReads<Pod>,
 }
 
 impl Context {
-    fn new(client: Client, options: Options) -> Self {
+    fn new(
+        client: Client,
+        options: Options,
+        node_images: WatchReads<Stored<NodeImage>>,
+        pods: WatchReads<Pod>,
+    ) -> Self {
         Self {
             events: Events::new(client.clone(), CONTROLLER_NAME),
             backoff: Backoff::default(),
             client,
             options,
+            node_images,
+            pods,
         }
     }
 }
 
-/// Runs the controller until the task is dropped.
-pub async fn run(client: Client, options: Options) {
-    let context = Arc::new(Context::new(client.clone(), options));
+/// Runs the controller until the task is dropped; `pods` and
+/// `node_images` are the manager's shared watches.
+pub async fn run(
+    client: Client,
+    options: Options,
+    pods: SharedWatch<Pod>,
+    node_images: SharedWatch<Stored<NodeImage>>,
+) {
+    let changed_images = node_images.subscribe(CONTROLLER_NAME);
+    let context = Arc::new(Context::new(
+        client.clone(),
+        options,
+        WatchReads::from_watch(node_images),
+        WatchReads::from_watch(pods),
+    ));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
-    let jobs = Api::<Stored<ImagePullJob>>::all(client.clone());
-    let node_images = Api::<Stored<NodeImage>>::all(client);
+    let jobs = Api::<Stored<ImagePullJob>>::all(client);
     let controller = Controller::new(jobs, watcher::Config::default());
     readiness::global().track(CONTROLLER_NAME, controller.store());
     controller
-        .watches(node_images, watcher::Config::default(), jobs_named_in)
+        .watches_shared_stream(changed_images, |image| jobs_named_in(&image))
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile),
             on_error,
@@ -86,8 +118,8 @@ pub async fn run(client: Client, options: Options) {
 
 /// The jobs a NodeImage's tags name as owners: its status changed, so
 /// their progress did.
-fn jobs_named_in(image: Stored<NodeImage>) -> Vec<ObjectRef<Stored<ImagePullJob>>> {
-    let Ok(image) = image.object else {
+fn jobs_named_in(image: &Stored<NodeImage>) -> Vec<ObjectRef<Stored<ImagePullJob>>> {
+    let Ok(image) = &image.object else {
         return Vec::new();
     };
     image
@@ -148,8 +180,11 @@ async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Actio
     };
     let now = Timestamp::now();
     if job.metadata.deletion_timestamp.is_some() {
-        finalize(context, &job, true).await?;
-        return Ok(Action::await_change());
+        return Ok(if finalize(context, &job, true).await? {
+            Action::await_change()
+        } else {
+            Action::requeue(STORE_WAIT)
+        });
     }
     let finished = job::finished(&job, now);
     // A finished job is finalized once: without its finalizer its mirrors
@@ -178,19 +213,16 @@ async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Actio
 
 /// Targets, secrets, NodeImage writes and the status of a running job.
 async fn progress(context: &Context, job: &ImagePullJob, now: Timestamp) -> Result<Action, Error> {
-    let node_images = list_node_images(context).await?;
-    let pods = match &job.spec.pod_selector {
-        Some(selector) => {
-            let namespace = job.metadata.namespace.clone().unwrap_or_default();
-            let selector = kruise_core::selector::to_selector_string(selector);
-            Api::<Pod>::namespaced(context.client.clone(), &namespace)
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(failed("list the pods of the podSelector"))?
-                .items
-        }
-        None => Vec::new(),
+    let Some(node_images) = read_node_images(context, job).await? else {
+        return Ok(Action::requeue(STORE_WAIT));
     };
+    if let Some(selector) = &job.spec.pod_selector
+        && let Err(error) = kruise_core::selector::validate(selector)
+    {
+        return refuse(context, job, &format!("invalid podSelector: {error}")).await;
+    }
+    let pods = read_pods(context, job).await?;
+    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let targets: Vec<NodeImage> = match select_targets(job, &node_images, &pods) {
         Ok(indexes) => indexes
             .into_iter()
@@ -241,17 +273,52 @@ async fn refuse(context: &Context, job: &ImagePullJob, message: &str) -> Result<
     Ok(Action::await_change())
 }
 
-async fn list_node_images(context: &Context) -> Result<Vec<NodeImage>, Error> {
-    let listed = Api::<Stored<NodeImage>>::all(context.client.clone())
-        .list(&ListParams::default())
+/// Every NodeImage, from the watch once it shows the job's own writes
+/// (listed while it cannot be trusted); None while it lacks some.
+async fn read_node_images(
+    context: &Context,
+    job: &ImagePullJob,
+) -> Result<Option<Vec<NodeImage>>, Error> {
+    let api = Api::<Stored<NodeImage>>::all(context.client.clone());
+    let read = context
+        .node_images
+        .read_or_list(
+            &job_key(&job.metadata),
+            &api,
+            &ListParams::default(),
+            |_| true,
+        )
         .await
         .map_err(failed("list the NodeImages"))?;
     // One NodeImage our types cannot read costs that node, not the job.
-    Ok(listed
-        .items
-        .into_iter()
-        .filter_map(|s| s.object.ok())
-        .collect())
+    Ok(read.map(|images| {
+        images
+            .iter()
+            .filter_map(|s| s.object.clone().ok())
+            .collect()
+    }))
+}
+
+/// The pods of the job's `podSelector` in its namespace (none without
+/// one), from the pod watch once it has listed.
+async fn read_pods(context: &Context, job: &ImagePullJob) -> Result<Vec<Arc<Pod>>, Error> {
+    let Some(selector) = &job.spec.pod_selector else {
+        return Ok(Vec::new());
+    };
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let api = Api::<Pod>::namespaced(context.client.clone(), &namespace);
+    let params = ListParams::default().labels(&kruise_core::selector::to_selector_string(selector));
+    let selected = |pod: &Pod| {
+        pod.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && kruise_core::selector::matches(selector, pod.labels()).unwrap_or(false)
+    };
+    let read = context
+        .pods
+        .read_or_list(&job_key(&job.metadata), &api, &params, selected)
+        .await
+        .map_err(failed("list the pods of the podSelector"))?;
+    // Never None: nothing is awaited where nothing was written.
+    Ok(read.unwrap_or_default())
 }
 
 /// Writes the job's tag into one NodeImage, on a fresh read; a conflict
@@ -282,7 +349,7 @@ async fn add_tag(
     )
     .unwrap_or(false);
     if changed {
-        replace_node_image(&api, &fresh).await?;
+        replace_node_image(context, job, &api, &fresh).await?;
         tracing::info!(node = %name, image = %job.spec.image, "tag written");
     }
     Ok(())
@@ -310,16 +377,27 @@ async fn release_from(
     for image in node_images {
         let mut updated = image.clone();
         if release_tags(&mut updated.spec, uid, keep) {
-            replace_node_image(&api, &updated).await?;
+            replace_node_image(context, job, &api, &updated).await?;
         }
     }
     Ok(())
 }
 
-async fn replace_node_image(api: &Api<NodeImage>, image: &NodeImage) -> Result<(), Error> {
+/// Writes `image` on the version read, noting the write for the job's
+/// reads of the NodeImage watch.
+async fn replace_node_image(
+    context: &Context,
+    job: &ImagePullJob,
+    api: &Api<NodeImage>,
+    image: &NodeImage,
+) -> Result<(), Error> {
     let written = api
         .replace(&image.name_any(), &PostParams::default(), image)
         .await;
+    if let Ok(written) = &written {
+        let key = job_key(&job.metadata);
+        context.node_images.writes_of(&key).wrote(written);
+    }
     unless_raced(written, "write a NodeImage")
 }
 
@@ -422,23 +500,29 @@ async fn ensure_namespace(context: &Context, name: &str) -> Result<(), Error> {
 }
 
 /// Lets go of the job's mirrors (and, once it is deleted, of its tags),
-/// then drops its finalizer.
-async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Result<(), Error> {
+/// then drops its finalizer; false (nothing done) while the NodeImage
+/// watch lacks the job's last tag writes.
+async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Result<bool, Error> {
+    let node_images = if deleted {
+        let Some(node_images) = read_node_images(context, job).await? else {
+            return Ok(false);
+        };
+        node_images
+    } else {
+        Vec::new()
+    };
     let key = job_key(&job.metadata);
     let mirrors_api: Api<Secret> =
         Api::namespaced(context.client.clone(), &context.options.config_namespace);
     let mirrors = list_mirrors(&mirrors_api).await?;
     apply(&mirrors_api, secrets::release(&key, &mirrors)).await?;
-    if deleted {
-        let node_images = list_node_images(context).await?;
-        release_from(context, job, &node_images, None).await?;
-    }
+    release_from(context, job, &node_images, None).await?;
     if job::holds_finalizer(job) {
         let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
         finalizers.retain(|f| f != DELETION_PROTECTION_FINALIZER);
         write_finalizers(context, job, finalizers).await?;
     }
-    Ok(())
+    Ok(true)
 }
 
 async fn write_finalizers(
@@ -493,7 +577,7 @@ async fn delete(context: &Context, job: &ImagePullJob) -> Result<(), Error> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use kruise_controller_runtime::testing::FakeApi;
+    use kruise_controller_runtime::testing::{FakeApi, FedWatch, Seen};
     use serde_json::Value;
 
     use super::*;
@@ -501,8 +585,14 @@ mod tests {
     const JOB: &str = "/apis/apps.kruise.io/v1alpha1/namespaces/default/imagepulljobs/pull";
     const NODE_IMAGES: &str = "/apis/apps.kruise.io/v1alpha1/nodeimages";
 
+    /// A context that lists NodeImages and pods from the API server.
     fn context(api: &FakeApi) -> Arc<Context> {
-        Arc::new(Context::new(api.client(), Options::default()))
+        Arc::new(Context::new(
+            api.client(),
+            Options::default(),
+            WatchReads::api_only(),
+            WatchReads::api_only(),
+        ))
     }
 
     fn insert_job(api: &FakeApi, spec: Value, metadata: Value) {
@@ -672,5 +762,175 @@ mod tests {
             "other-uid"
         );
         assert_eq!(api.get(JOB).unwrap()["metadata"]["finalizers"], json!([]));
+    }
+
+    /// A context that reads NodeImages and pods from these watches.
+    fn watched(
+        images: &FedWatch<Stored<NodeImage>>,
+        pods: &FedWatch<Pod>,
+        api: &FakeApi,
+    ) -> Arc<Context> {
+        Arc::new(Context::new(
+            api.client(),
+            Options::default(),
+            WatchReads::from_watch(images.watch.clone()),
+            WatchReads::from_watch(pods.watch.clone()),
+        ))
+    }
+
+    async fn listed_images(api: &FakeApi) -> Vec<Stored<NodeImage>> {
+        Api::<Stored<NodeImage>>::all(api.client())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Method and path of the requests since the first `since`, events
+    /// left out.
+    fn requests_after(api: &FakeApi, since: usize) -> Vec<String> {
+        api.seen()[since..]
+            .iter()
+            .filter(|s: &&Seen| !s.path.contains("/events"))
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect()
+    }
+
+    /// NodeImages come from the watch once it shows the job's own tag
+    /// writes: no LIST per round, and a round on a watch without them
+    /// waits instead of planning from NodeImages that lack its tags.
+    #[tokio::test]
+    async fn a_round_reads_node_images_from_the_watch_once_it_shows_its_tags() {
+        let api = FakeApi::default();
+        for name in ["node-a", "node-b", "node-c"] {
+            insert_node_image(&api, name, json!({}), json!({"desired": 0}));
+        }
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "parallelism": 2, "completionPolicy": {}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}),
+        );
+        let images = FedWatch::listed(listed_images(&api).await).await;
+        let pods = FedWatch::<Pod>::listed([]).await;
+        let context = watched(&images, &pods, &api);
+        let stored =
+            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+
+        let before = api.seen().len();
+        assert_eq!(
+            reconcile(stored(), context.clone()).await.unwrap(),
+            Action::requeue(RESYNC)
+        );
+        let requests = requests_after(&api, before);
+        assert!(
+            !requests.contains(&format!("GET {NODE_IMAGES}")),
+            "{requests:?}"
+        );
+        assert!(
+            requests.contains(&format!("PUT {NODE_IMAGES}/node-b")),
+            "{requests:?}"
+        );
+
+        let before = api.seen().len();
+        assert_eq!(
+            reconcile(stored(), context.clone()).await.unwrap(),
+            Action::requeue(STORE_WAIT)
+        );
+        assert_eq!(
+            requests_after(&api, before),
+            [format!("GET {JOB}")],
+            "only the job read"
+        );
+
+        images.apply(listed_images(&api).await).await;
+        let before = api.seen().len();
+        assert_eq!(
+            reconcile(stored(), context).await.unwrap(),
+            Action::requeue(RESYNC)
+        );
+        let requests = requests_after(&api, before);
+        assert!(
+            !requests.iter().any(|r| r.contains("/nodeimages")),
+            "two nodes pulling: no NodeImage read or written: {requests:?}"
+        );
+        assert_eq!(api.get(JOB).unwrap()["status"]["active"], 2);
+        assert_eq!(node_image(&api, "node-c")["spec"], json!({}));
+    }
+
+    /// The pods of a podSelector come from the pod watch: their nodes are
+    /// the targets, without a LIST of the pods.
+    #[tokio::test]
+    async fn the_pods_of_a_pod_selector_come_from_the_pod_watch() {
+        let api = FakeApi::default();
+        for name in ["node-a", "node-b"] {
+            insert_node_image(&api, name, json!({}), json!({"desired": 0}));
+        }
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "podSelector": {"matchLabels": {"app": "web"}},
+                   "completionPolicy": {}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}),
+        );
+        let pod = |name: &str, namespace: &str, node: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": namespace, "labels": {"app": "web"}},
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": "Running"},
+            }))
+            .unwrap()
+        };
+        let images = FedWatch::listed(listed_images(&api).await).await;
+        let pods = FedWatch::listed([
+            pod("web-1", "default", "node-b"),
+            pod("web-2", "other", "node-a"),
+        ])
+        .await;
+        let before = api.seen().len();
+
+        let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
+        reconcile(Arc::new(stored), watched(&images, &pods, &api))
+            .await
+            .unwrap();
+
+        let requests = requests_after(&api, before);
+        assert!(
+            !requests.iter().any(|r| r.contains("/pods")),
+            "{requests:?}"
+        );
+        assert_eq!(
+            node_image(&api, "node-a")["spec"],
+            json!({}),
+            "another namespace's pod"
+        );
+        assert_eq!(
+            node_image(&api, "node-b")["spec"]["images"]["nginx"]["tags"][0]["tag"],
+            "1.25"
+        );
+    }
+
+    /// A podSelector the API server would refuse is said in the status,
+    /// not read as "no pods".
+    #[tokio::test]
+    async fn a_pod_selector_that_cannot_select_is_refused() {
+        let api = FakeApi::default();
+        insert_node_image(&api, "node-a", json!({}), json!({"desired": 0}));
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "completionPolicy": {},
+                   "podSelector": {"matchExpressions": [{"key": "app", "operator": "Maybe"}]}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}),
+        );
+
+        assert_eq!(round_on(&api).await, Action::await_change());
+
+        let message = api.get(JOB).unwrap()["status"]["message"].clone();
+        assert!(
+            message
+                .as_str()
+                .unwrap()
+                .starts_with("invalid spec: invalid podSelector:"),
+            "{message}"
+        );
+        assert_eq!(node_image(&api, "node-a")["spec"], json!({}));
     }
 }

@@ -10,13 +10,23 @@
 //!   its TTL.
 //!
 //! The node agent does the pulls and reports in the NodeImage's status.
-//! The ImagePullJob controller reads what it decides on fresh; the
-//! NodeImage controller reads its watches and confirms fresh what a
-//! lagging watch would make it delete. Every decision is
-//! `kruise_core::imagepull`'s.
+//! Both read NodeImages from one shared watch: the ImagePullJob
+//! controller once it shows the job's own tag writes, the NodeImage
+//! controller confirming fresh what a lagging watch would make it delete.
+//! Every decision is `kruise_core::imagepull`'s.
 
 pub mod job;
 pub mod nodeimage;
+
+use kruise_api::{NodeImage, Stored};
+use kruise_controller_runtime::shared::SharedWatch;
+use kube::Client;
+
+/// The NodeImage watch both controllers share (started at once: call it
+/// inside the tokio runtime).
+pub fn node_image_watch(client: Client) -> SharedWatch<Stored<NodeImage>> {
+    SharedWatch::all(client)
+}
 
 use std::time::Duration;
 

@@ -21,6 +21,7 @@ use kruise_controller_runtime::api_error::{
     is_already_exists, is_conflict, is_not_found, unless_raced,
 };
 use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::shared::SharedWatch;
 use kruise_controller_runtime::status::replace_status;
 use kruise_controller_runtime::{metrics, outcome, readiness};
 use kruise_core::imagepull::nodeimage::{
@@ -56,8 +57,8 @@ struct Context {
     stores: Stores,
 }
 
-/// What a round reads: the two controllers' own watches (nodes and
-/// NodeImages) and a metadata watch of the ImagePullJobs.
+/// What a round reads: the node controller's own watch, the manager's
+/// shared NodeImage watch and a metadata watch of the ImagePullJobs.
 #[derive(Clone)]
 struct Stores {
     nodes: Store<Node>,
@@ -93,14 +94,12 @@ where
     matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
-/// Runs the controller until the task is dropped.
-pub async fn run(client: Client, options: Options) {
+/// Runs the controller until the task is dropped; `images` is the
+/// manager's shared NodeImage watch.
+pub async fn run(client: Client, options: Options, images: SharedWatch<Stored<NodeImage>>) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let by_node = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default());
-    let by_image = Controller::new(
-        Api::<Stored<NodeImage>>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let by_image = Controller::for_shared_stream(images.subscribe(CONTROLLER_NAME), images.store());
     let (jobs, jobs_writer) = reflector::store();
     // Metadata only: a round needs a job's name and UID.
     let job_events = watcher(

@@ -32,6 +32,7 @@ impl Controllers {
             job::CONTROLLER_NAME,
             nodeimage::CONTROLLER_NAME,
             nodeimage::NODES_CACHE,
+            nodeimage::JOBS_CACHE,
             LAUNCH_PRIORITY,
             RESOURCE_DISTRIBUTION,
             SIDECARSET,
@@ -40,19 +41,27 @@ impl Controllers {
             readiness::global().expect(cache);
         }
         let c = || client.clone();
-        // One pod watch and one ControllerRevision watch for all of them.
+        // One pod watch and one ControllerRevision watch for all of them,
+        // and one NodeImage watch for the two image-pull controllers.
         let watches = SharedWatches::new(client.clone());
         let w = || watches.clone();
+        let node_images = kruise_imagepull_controller::node_image_watch(client.clone());
         let controllers: [(&'static str, BoxFuture<'static, ()>); 7] = [
             (CLONESET, kruise_cloneset_controller::run(c(), w()).boxed()),
             (CRR, kruise_crr_controller::run(c()).boxed()),
             (
                 job::CONTROLLER_NAME,
-                job::run(c(), image_pull.clone()).boxed(),
+                job::run(
+                    c(),
+                    image_pull.clone(),
+                    watches.pods().clone(),
+                    node_images.clone(),
+                )
+                .boxed(),
             ),
             (
                 nodeimage::CONTROLLER_NAME,
-                nodeimage::run(c(), image_pull).boxed(),
+                nodeimage::run(c(), image_pull, node_images).boxed(),
             ),
             (
                 LAUNCH_PRIORITY,

@@ -564,6 +564,7 @@ fn targets_by_names_labels_pods_or_all() {
         pod("p5", Some("b"), "Pending"),
         pod("p6", Some("gone"), "Running"),
     ];
+    let pods: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().collect();
     assert_eq!(select_targets(&by_pods, &nodes, &pods).unwrap(), [0, 2]);
     let bad = job(
         "  image: a\n  completionPolicy: {}\n  selector: {matchExpressions: [{key: pool, operator: Maybe}]}\n",

@@ -493,7 +493,7 @@ pub fn holds_finalizer(job: &ImagePullJob) -> bool {
 pub fn select_targets(
     job: &ImagePullJob,
     node_images: &[NodeImage],
-    pods: &[k8s_openapi::api::core::v1::Pod],
+    pods: &[&k8s_openapi::api::core::v1::Pod],
 ) -> Result<Vec<usize>, crate::selector::SelectorError> {
     let mut by_name: Vec<(usize, &str)> = node_images
         .iter()
@@ -504,7 +504,7 @@ pub fn select_targets(
     let index_of = |wanted: &str| by_name.iter().find(|(_, n)| *n == wanted).map(|(i, _)| *i);
     if let Some(pod_selector) = &job.spec.pod_selector {
         let mut matching = Vec::new();
-        for pod in pods {
+        for &pod in pods {
             let labels = pod.metadata.labels.clone().unwrap_or_default();
             if crate::selector::matches(pod_selector, &labels)? && is_placed_and_running(pod) {
                 matching.push(pod);
