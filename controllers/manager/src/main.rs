@@ -99,6 +99,11 @@ enum Command {
         /// The managers' RUST_LOG (their logs go to stderr).
         #[arg(long, default_value = "warn")]
         manager_log: String,
+        /// Pre-download the new image during an in-place rollout, on this
+        /// many nodes at once (the CloneSet's
+        /// `apps.kruise.io/image-predownload-parallelism`).
+        #[arg(long)]
+        predownload: Option<u32>,
     },
     /// Print the generated part of the install (artifacts/deploy/generated.yaml):
     /// the webhook configurations, the host's policies and its read access.
@@ -237,7 +242,17 @@ async fn main() -> ExitCode {
             strategy,
             manager,
             manager_log,
-        } => scale_bench(pods, strategy, manager, manager_log).await,
+            predownload,
+        } => {
+            let options = kruise_manager::scale_bench::ScaleOptions {
+                pods,
+                strategy,
+                managers: manager,
+                manager_log,
+                predownload,
+            };
+            scale_bench(options).await
+        }
         #[cfg(feature = "dev")]
         Command::DeployManifests => {
             kruise_manager::deploy::manifests().map(|text| print!("{text}"))
@@ -276,23 +291,11 @@ async fn dev(options: DevOptions) -> Result<(), String> {
 }
 
 #[cfg(feature = "dev")]
-async fn scale_bench(
-    pods: u32,
-    strategy: String,
-    managers: Vec<PathBuf>,
-    manager_log: String,
-) -> Result<(), String> {
-    let managers = if managers.is_empty() {
-        vec![std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?]
-    } else {
-        managers
-    };
-    let options = kruise_manager::scale_bench::ScaleOptions {
-        pods,
-        strategy,
-        managers,
-        manager_log,
-    };
+async fn scale_bench(mut options: kruise_manager::scale_bench::ScaleOptions) -> Result<(), String> {
+    if options.managers.is_empty() {
+        let this = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+        options.managers.push(this);
+    }
     let report = kruise_manager::scale_bench::run(&options).await?;
     println!("{report}");
     Ok(())

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{CloneSet, SidecarSet};
+use kruise_core::cloneset::predownload::PARALLELISM_ANNOTATION;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -47,6 +48,9 @@ pub struct ScaleOptions {
     pub managers: Vec<PathBuf>,
     /// The managers' RUST_LOG.
     pub manager_log: String,
+    /// Nodes pulling the new image at once during an in-place rollout
+    /// (image pre-download, off when None).
+    pub predownload: Option<u32>,
 }
 
 /// One step of one manager's run.
@@ -108,7 +112,7 @@ async fn run_steps(
     let mut reports = Vec::new();
 
     let started = Sample::take(client, manager).await?;
-    let cloneset = cloneset(name, options.pods, &options.strategy)?;
+    let cloneset = cloneset(name, options)?;
     clonesets
         .create(&PostParams::default(), &cloneset)
         .await
@@ -128,10 +132,16 @@ async fn run_steps(
     Ok(reports)
 }
 
-fn cloneset(name: &str, replicas: u32, strategy: &str) -> Result<CloneSet, String> {
+fn cloneset(name: &str, options: &ScaleOptions) -> Result<CloneSet, String> {
+    let annotations: BTreeMap<&str, String> = options
+        .predownload
+        .map(|n| (PARALLELISM_ANNOTATION, n.to_string()))
+        .into_iter()
+        .collect();
+    let (replicas, strategy) = (options.pods, &options.strategy);
     serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": APP_LABEL, "run": name}},
@@ -394,9 +404,13 @@ async fn http_get(address: SocketAddr, path: &str) -> Result<(u16, String), Stri
 
 fn render(options: &ScaleOptions, sim_nodes: usize, reports: &[StepReport]) -> String {
     let pods = f64::from(options.pods);
+    let predownload = options
+        .predownload
+        .map(|n| format!(", image pre-download on {n} nodes at once"))
+        .unwrap_or_default();
     let mut text = format!(
-        "A CloneSet of {} pods ({}, maxSurge 10 %, maxUnavailable 10 %) and a SidecarSet \
-         matching them, on {sim_nodes} simulated nodes.\n\n\
+        "A CloneSet of {} pods ({}, maxSurge 10 %, maxUnavailable 10 %{predownload}) and a \
+         SidecarSet matching them, on {sim_nodes} simulated nodes.\n\n\
          | manager | step | wall (s) | manager CPU (s) | manager peak RSS (MiB) | CloneSet / SidecarSet rounds | manager requests | \
          manager pod writes per pod | manager pod LISTs | API server requests (all clients) | \
          API server LIST pods (MiB) |\n\
