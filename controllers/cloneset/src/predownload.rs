@@ -2,21 +2,38 @@
 //! [`kruise_core::cloneset::predownload::plan`] asks for (owned by the
 //! CloneSet, so they go with it) and deletes them once the rollout is
 //! over. The ImagePullJob controller and the node agents do the pulls.
+//!
+//! The update revision carries what was done (OpenKruise's
+//! [`CREATED_LABEL`]), so a rollout's rounds make its jobs once and list
+//! them for deletion once, not every round.
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::{CloneSet, ImagePullJob};
 use kruise_controller_runtime::api_error::{is_already_exists, is_not_found};
+use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_core::cloneset::Revisions;
-use kruise_core::cloneset::predownload::{Predownload, plan};
+use kruise_core::cloneset::predownload::{CREATED_LABEL, Predownload, plan};
 use kruise_core::owner::is_controlled_by;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use serde_json::json;
 
 use crate::reconcile::ReconcileError;
+
+/// Where the update revision is read and its mark written (noted in the
+/// CloneSet's revision expectations).
+pub(crate) struct UpdateRevision<'a> {
+    pub api: &'a Api<ControllerRevision>,
+    pub written: OwnerWrites<'a>,
+    /// As stored; None when this round made it.
+    pub stored: Option<&'a ControllerRevision>,
+}
 
 pub(crate) async fn sync(
     client: &Client,
     cloneset: &CloneSet,
     revisions: &Revisions,
+    update: UpdateRevision<'_>,
 ) -> Result<(), ReconcileError> {
     let updated_ready = cloneset
         .status
@@ -24,7 +41,8 @@ pub(crate) async fn sync(
         .map_or(0, |s| s.updated_ready_replicas);
     let namespace = cloneset.namespace().unwrap_or_default();
     let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), &namespace);
-    match plan(cloneset, revisions, updated_ready) {
+    let labels = update.stored.and_then(|r| r.metadata.labels.as_ref());
+    match plan(cloneset, revisions, labels, updated_ready) {
         Predownload::Off => Ok(()),
         Predownload::Jobs(wanted) => {
             for job in wanted {
@@ -38,7 +56,7 @@ pub(crate) async fn sync(
                     }
                 }
             }
-            Ok(())
+            mark(&update, &revisions.update, Some("true")).await
         }
         Predownload::Done => {
             let uid = cloneset.uid().unwrap_or_default();
@@ -59,7 +77,23 @@ pub(crate) async fn sync(
                     }
                 }
             }
-            Ok(())
+            mark(&update, &revisions.update, None).await
         }
     }
+}
+
+/// Puts [`CREATED_LABEL`] on revision `name` (`Some`) or takes it off.
+async fn mark(
+    update: &UpdateRevision<'_>,
+    name: &str,
+    value: Option<&str>,
+) -> Result<(), ReconcileError> {
+    let patch = json!({"metadata": {"labels": {CREATED_LABEL: value}}});
+    let marked = update
+        .api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(ReconcileError::api(format!("mark revision {name}")))?;
+    update.written.wrote(&marked);
+    Ok(())
 }

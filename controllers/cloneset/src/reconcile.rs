@@ -20,6 +20,7 @@ use kruise_controller_runtime::status::replace_status;
 
 use super::CONTROLLER_NAME;
 use super::execute::execute;
+use super::predownload::UpdateRevision;
 use super::reads::{self, CloneSetContext, Owned};
 
 /// How long a round waits for the pod and revision watches to show its
@@ -118,7 +119,14 @@ async fn reconcile_cloneset(
     )
     .await?;
 
-    crate::predownload::sync(client, cloneset, &revision_plan.revisions).await?;
+    let update = UpdateRevision {
+        api: &revision_api,
+        written: revisions_written,
+        stored: revisions
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(revision_plan.revisions.update.as_str())),
+    };
+    crate::predownload::sync(client, cloneset, &revision_plan.revisions, update).await?;
 
     let now = Timestamp::now();
     let input = PlanInput {
@@ -726,5 +734,113 @@ mod tests {
             ]
         );
         all_pods_on(&api, &name).await;
+    }
+
+    const JOBS: &str = "/apis/apps.kruise.io/v1alpha1/namespaces/default/imagepulljobs";
+
+    /// A settled CloneSet of four ready pods that asks for pre-download.
+    async fn four_ready_pods_with_predownload() -> FakeApi {
+        let api = FakeApi::default();
+        let mut asked = cloneset(4, "nginx:1", "InPlaceIfPossible");
+        asked["metadata"]["annotations"] =
+            json!({"apps.kruise.io/image-predownload-parallelism": "2"});
+        api.insert("clonesets", asked);
+        round(&api).await;
+        make_ready(&api).await;
+        round(&api).await;
+        api
+    }
+
+    /// Method and path of each request to the jobs or the revision `name`.
+    fn predownload_requests(seen: &[Seen], name: &str) -> Vec<String> {
+        seen.iter()
+            .filter(|s| s.path.starts_with(JOBS) || s.path == format!("{REVISIONS}/{name}"))
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect()
+    }
+
+    fn update_revision(api: &FakeApi) -> String {
+        let status = &api.get(CLONESET).unwrap()["status"];
+        status["updateRevision"].as_str().unwrap().to_owned()
+    }
+
+    /// A rollout's pre-download job is made once: the update revision is
+    /// marked with OpenKruise's label, and later rounds create nothing.
+    #[tokio::test]
+    async fn a_rollouts_predownload_jobs_are_made_once() {
+        let api = four_ready_pods_with_predownload().await;
+        new_main_image(&api).await;
+
+        let before = api.seen().len();
+        round(&api).await;
+        let update = update_revision(&api);
+        assert_eq!(
+            predownload_requests(&api.seen()[before..], &update),
+            [
+                format!("POST {JOBS}"),
+                format!("PATCH {REVISIONS}/{update}")
+            ]
+        );
+        let revision = api.get(&format!("{REVISIONS}/{update}")).unwrap();
+        assert_eq!(
+            revision["metadata"]["labels"]["apps.kruise.io/pre-predownload-created"],
+            "true"
+        );
+        assert!(api.get(&format!("{JOBS}/{update}-main")).is_some());
+
+        let before = api.seen().len();
+        round(&api).await;
+        assert_eq!(
+            predownload_requests(&api.seen()[before..], &update),
+            Vec::<String>::new()
+        );
+    }
+
+    /// Once the rollout that made jobs is over, they are listed and
+    /// deleted once, and the mark is taken off: later rounds list nothing.
+    #[tokio::test]
+    async fn a_finished_rollouts_jobs_are_deleted_once() {
+        let api = four_ready_pods_with_predownload().await;
+        let update = update_revision(&api);
+        let revisions = Api::<ControllerRevision>::namespaced(api.client(), "default");
+        let mark =
+            json!({"metadata": {"labels": {"apps.kruise.io/pre-predownload-created": "true"}}});
+        revisions
+            .patch(&update, &PatchParams::default(), &Patch::Merge(mark))
+            .await
+            .unwrap();
+        let owner = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                           "name": "demo", "uid": "cs-uid", "controller": true});
+        api.insert(
+            "imagepulljobs",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+                   "metadata": {"name": "demo-old-main", "namespace": "default",
+                                "ownerReferences": [owner]},
+                   "spec": {"image": "nginx:1", "completionPolicy": {}}}),
+        );
+
+        let before = api.seen().len();
+        round(&api).await;
+        assert_eq!(
+            predownload_requests(&api.seen()[before..], &update),
+            [
+                format!("GET {JOBS}"),
+                format!("DELETE {JOBS}/demo-old-main"),
+                format!("PATCH {REVISIONS}/{update}")
+            ]
+        );
+        let revision = api.get(&format!("{REVISIONS}/{update}")).unwrap();
+        assert!(
+            revision["metadata"]["labels"]
+                .get("apps.kruise.io/pre-predownload-created")
+                .is_none()
+        );
+
+        let before = api.seen().len();
+        round(&api).await;
+        assert_eq!(
+            predownload_requests(&api.seen()[before..], &update),
+            Vec::<String>::new()
+        );
     }
 }

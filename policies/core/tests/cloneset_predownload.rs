@@ -7,7 +7,9 @@
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kruise_api::CloneSet;
 use kruise_core::cloneset::Revisions;
-use kruise_core::cloneset::predownload::{PARALLELISM_ANNOTATION, Predownload, plan};
+use kruise_core::cloneset::predownload::{
+    CREATED_LABEL, IGNORED_LABEL, PARALLELISM_ANNOTATION, Predownload, plan,
+};
 use serde_json::json;
 
 fn cloneset(annotations: &serde_json::Value, strategy: &str, replicas: i32) -> CloneSet {
@@ -62,7 +64,7 @@ fn one_job_per_changed_image_for_the_pods_not_yet_updated() {
         "InPlaceIfPossible",
         5,
     );
-    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), 0) else {
+    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), None, 0) else {
         panic!("jobs expected");
     };
     let names: Vec<_> = jobs
@@ -123,7 +125,7 @@ fn a_timeout_annotation_is_used() {
         "InPlaceOnly",
         4,
     );
-    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), 0) else {
+    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), None, 0) else {
         panic!()
     };
     assert_eq!(
@@ -136,7 +138,12 @@ fn a_timeout_annotation_is_used() {
 fn off_unless_asked_and_worth_it_done_when_converged() {
     let asked = json!({PARALLELISM_ANNOTATION: "2"});
     assert_eq!(
-        plan(&cloneset(&json!({}), "InPlaceIfPossible", 5), &rolling(), 0),
+        plan(
+            &cloneset(&json!({}), "InPlaceIfPossible", 5),
+            &rolling(),
+            None,
+            0
+        ),
         Predownload::Off
     );
     assert_eq!(
@@ -147,6 +154,7 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
                 5
             ),
             &rolling(),
+            None,
             0
         ),
         Predownload::Off
@@ -159,16 +167,22 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
                 5
             ),
             &rolling(),
+            None,
             0
         ),
         Predownload::Off
     );
     assert_eq!(
-        plan(&cloneset(&asked, "ReCreate", 5), &rolling(), 0),
+        plan(&cloneset(&asked, "ReCreate", 5), &rolling(), None, 0),
         Predownload::Off
     );
     assert_eq!(
-        plan(&cloneset(&asked, "InPlaceIfPossible", 3), &rolling(), 0),
+        plan(
+            &cloneset(&asked, "InPlaceIfPossible", 3),
+            &rolling(),
+            None,
+            0
+        ),
         Predownload::Off
     );
     let waiting = cloneset(
@@ -176,15 +190,47 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
         "InPlaceIfPossible",
         5,
     );
-    assert_eq!(plan(&waiting, &rolling(), 1), Predownload::Off);
+    assert_eq!(plan(&waiting, &rolling(), None, 1), Predownload::Off);
     assert!(matches!(
-        plan(&waiting, &rolling(), 2),
+        plan(&waiting, &rolling(), None, 2),
         Predownload::Jobs(_)
     ));
     let mut converged = rolling();
     converged.current = converged.update.clone();
     assert_eq!(
-        plan(&cloneset(&asked, "InPlaceIfPossible", 5), &converged, 0),
-        Predownload::Done
+        plan(
+            &cloneset(&asked, "InPlaceIfPossible", 5),
+            &converged,
+            None,
+            0
+        ),
+        Predownload::Off,
+        "no jobs were made for this revision"
     );
+}
+
+/// The update revision's labels say what was done: jobs made once (by
+/// us or OpenKruise), none after OpenKruise skipped it, and the jobs
+/// deleted once a rollout that made them is over.
+#[test]
+fn the_update_revisions_labels_make_jobs_once_and_delete_them_once() {
+    let cs = cloneset(
+        &json!({PARALLELISM_ANNOTATION: "2"}),
+        "InPlaceIfPossible",
+        5,
+    );
+    let labelled = |label: &str| [(label.to_owned(), "true".to_owned())].into();
+    let created = labelled(CREATED_LABEL);
+    let ignored = labelled(IGNORED_LABEL);
+    let other = labelled("app");
+    assert!(matches!(
+        plan(&cs, &rolling(), Some(&other), 0),
+        Predownload::Jobs(_)
+    ));
+    assert_eq!(plan(&cs, &rolling(), Some(&created), 0), Predownload::Off);
+    assert_eq!(plan(&cs, &rolling(), Some(&ignored), 0), Predownload::Off);
+    let mut converged = rolling();
+    converged.current = converged.update.clone();
+    assert_eq!(plan(&cs, &converged, Some(&created), 0), Predownload::Done);
+    assert_eq!(plan(&cs, &converged, Some(&ignored), 0), Predownload::Off);
 }

@@ -27,6 +27,12 @@ pub const TIMEOUT_ANNOTATION: &str = "apps.kruise.io/image-predownload-timeout-s
 pub const MIN_UPDATED_READY_ANNOTATION: &str =
     "apps.kruise.io/image-predownload-min-updated-ready-pods";
 
+/// On an update revision whose jobs were made (OpenKruise's label; its
+/// presence is what counts): no round makes them again.
+pub const CREATED_LABEL: &str = "apps.kruise.io/pre-predownload-created";
+/// On an update revision whose pre-download OpenKruise skipped.
+pub const IGNORED_LABEL: &str = "apps.kruise.io/image-predownload-ignored";
+
 const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
 const BACKOFF_LIMIT: i32 = 1;
 const TTL_SECONDS_AFTER_FINISHED: i32 = 600;
@@ -36,19 +42,28 @@ const MIN_REPLICAS: i32 = 4;
 /// What the CloneSet's pre-download jobs should be.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Predownload {
-    /// Not asked for, or not worth it: leave any jobs alone.
+    /// Not asked for, not worth it, or already done: leave any jobs alone.
     Off,
-    /// These jobs should exist (create the missing ones).
+    /// These jobs should exist: create them, then put [`CREATED_LABEL`] on
+    /// the update revision.
     Jobs(Vec<ImagePullJob>),
-    /// The rollout is over: delete the CloneSet's jobs.
+    /// The rollout that made jobs is over: delete the CloneSet's jobs, then
+    /// take [`CREATED_LABEL`] off the revision (a later rollback to it
+    /// pre-downloads again).
     Done,
 }
 
 /// The jobs for the CloneSet's rollout from `revisions.current` to
 /// `revisions.update`, one per container whose image changed, named
 /// `<update revision>-<container>`, targeting the pods of the CloneSet
-/// that are not on the update revision.
-pub fn plan(cloneset: &CloneSet, revisions: &Revisions, updated_ready: i32) -> Predownload {
+/// that are not on the update revision. `update_labels` are the stored
+/// update revision's (none when it was made this round).
+pub fn plan(
+    cloneset: &CloneSet,
+    revisions: &Revisions,
+    update_labels: Option<&BTreeMap<String, String>>,
+    updated_ready: i32,
+) -> Predownload {
     let annotations = cloneset.metadata.annotations.clone().unwrap_or_default();
     let Some(parallelism) = annotations
         .get(PARALLELISM_ANNOTATION)
@@ -57,8 +72,16 @@ pub fn plan(cloneset: &CloneSet, revisions: &Revisions, updated_ready: i32) -> P
     else {
         return Predownload::Off;
     };
+    let marked = |label: &str| update_labels.is_some_and(|labels| labels.contains_key(label));
     if revisions.current == revisions.update {
-        return Predownload::Done;
+        return if marked(CREATED_LABEL) {
+            Predownload::Done
+        } else {
+            Predownload::Off
+        };
+    }
+    if marked(CREATED_LABEL) || marked(IGNORED_LABEL) {
+        return Predownload::Off;
     }
     let strategy = cloneset
         .spec
