@@ -7,7 +7,8 @@
 //!
 //! The NodeImages are read from the watch only once it shows the job's own
 //! tag writes (the expectations the CloneSet's pods use): a watch behind
-//! them would count fewer nodes pulling and tag more than `parallelism`.
+//! them counts fewer nodes pulling than there are, which the status would
+//! report and the next tags could exceed `parallelism` by.
 //!
 //! A running job is looked at again every [`RESYNC`] (a Never job every
 //! [`NEVER_RESYNC`], to find new nodes), so progress never waits on an
