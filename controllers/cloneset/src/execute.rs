@@ -17,7 +17,7 @@ use kruise_core::cloneset::{
     CONDITION_IN_PLACE_UPDATE_READY, InPlaceUpdate, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
     LABEL_SPECIFIED_DELETE, Plan, Revisions, is_active,
 };
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -30,11 +30,26 @@ use super::reconcile::ReconcileError;
 /// How often an in-place update's patch is tried when it meets conflicts.
 const IN_PLACE_ATTEMPTS: u32 = 4;
 
+/// What the round read that its writes act on.
+#[derive(Clone, Copy)]
+pub(crate) struct Observed<'a> {
+    pub pods: &'a [Pod],
+    /// Every claim with an instance id in the namespace.
+    pub claims: &'a [PersistentVolumeClaim],
+}
+
+/// Where the round's writes are noted, for the reads of later rounds.
+#[derive(Clone, Copy)]
+pub(crate) struct Writes<'a> {
+    pub pods: OwnerWrites<'a>,
+    pub claims: OwnerWrites<'a>,
+}
+
 pub(crate) async fn execute(
     context: &Context,
-    written: OwnerWrites<'_>,
+    written: Writes<'_>,
     cloneset: &CloneSet,
-    pods: &[Pod],
+    observed: Observed<'_>,
     revisions: &Revisions,
     plan: &Plan,
     now: Timestamp,
@@ -43,17 +58,18 @@ pub(crate) async fn execute(
     let pod_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let writer = Writer {
         context,
-        written,
+        written: written.pods,
+        claims_written: written.claims,
         cloneset,
         pods: &pod_api,
     };
+    let Observed { pods, claims } = observed;
 
-    let claims = writer.list_claims().await?;
-    let claim_plan = plan_claims(cloneset, pods, &claims, &plan.delete);
-    let mut ids = InstanceIds::new(pods, &claims, claim_plan.reusable_ids);
+    let claim_plan = plan_claims(cloneset, pods, claims, &plan.delete);
+    let mut ids = InstanceIds::new(pods, claims, claim_plan.reusable_ids);
     writer.create_pods(&mut ids, revisions, plan, now).await?;
     writer.delete_pods(&plan.delete, pods).await?;
-    writer.delete_claims(&claim_plan.delete).await?;
+    writer.delete_claims(&claim_plan.delete, claims).await?;
     for name in &plan.mark_specified_delete {
         writer
             .patch(
@@ -162,6 +178,7 @@ impl InstanceIds {
 struct Writer<'a> {
     context: &'a Context,
     written: OwnerWrites<'a>,
+    claims_written: OwnerWrites<'a>,
     cloneset: &'a CloneSet,
     pods: &'a Api<Pod>,
 }
@@ -297,27 +314,24 @@ impl Writer<'_> {
         Ok(patched)
     }
 
-    /// The claims carrying an instance id in the CloneSet's namespace (none
-    /// listed when it has no claim templates).
-    async fn list_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ReconcileError> {
-        if self.cloneset.spec.volume_claim_templates.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.claims_api()
-            .list(&ListParams::default().labels(LABEL_INSTANCE_ID))
-            .await
-            .map(|list| list.items)
-            .map_err(ReconcileError::api("list claims"))
-    }
-
-    async fn delete_claims(&self, names: &[String]) -> Result<(), ReconcileError> {
+    async fn delete_claims(
+        &self,
+        names: &[String],
+        claims: &[PersistentVolumeClaim],
+    ) -> Result<(), ReconcileError> {
         for name in names {
+            let uid = claims
+                .iter()
+                .find(|c| &c.name_any() == name)
+                .and_then(ResourceExt::uid);
             match self
                 .claims_api()
                 .delete(name, &DeleteParams::default())
                 .await
             {
-                Ok(_) => {
+                Ok(answer) => {
+                    self.claims_written
+                        .deleted(uid.as_deref(), answer.as_ref().left());
                     self.event("SuccessfulDelete", &format!("succeed to delete pvc {name}"))
                         .await;
                 }
@@ -339,7 +353,7 @@ impl Writer<'_> {
         let api = self.claims_api();
         for claim in claims {
             match api.create(&PostParams::default(), claim).await {
-                Ok(_) => {}
+                Ok(created) => self.claims_written.wrote(&created),
                 // A claim of a recreated instance is reused.
                 Err(error) if is_already_exists(&error) => {}
                 Err(error) => {

@@ -30,13 +30,14 @@ pub use reconcile::ReconcileError;
 /// The name the controller writes and reports events under.
 pub const CONTROLLER_NAME: &str = "kruise-cloneset-controller";
 
-/// Runs the controller until the process ends; its pod and revision
-/// triggers come from the manager's shared watches.
+/// Runs the controller until the process ends; its pod, revision and
+/// claim triggers come from the manager's shared watches.
 pub async fn run(client: Client, watches: SharedWatches) {
     let context = Arc::new(CloneSetContext {
         shared: Context::new(client.clone(), CONTROLLER_NAME),
         pods: WatchReads::from_watch(watches.pods().clone()),
         revisions: WatchReads::from_watch(watches.revisions().clone()),
+        claims: WatchReads::from_watch(watches.claims().clone()),
     });
     // Stored<_>: one CloneSet our types cannot read must not fail the watch
     // of all the others (reconcile reports and skips it).
@@ -48,6 +49,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
     controller
         .owns_shared_stream(watches.pods().subscribe(CONTROLLER_NAME))
         .owns_shared_stream(watches.revisions().subscribe(CONTROLLER_NAME))
+        .owns_shared_stream(watches.claims().subscribe(CONTROLLER_NAME))
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),
             on_error,

@@ -1,4 +1,4 @@
-//! Where a round reads its CloneSet's pods and revisions. From the
+//! Where a round reads its CloneSet's pods, revisions and claims. From the
 //! manager's shared watches, at no cost to the API server, once each store
 //! holds every write the CloneSet's earlier rounds made to it (see
 //! [`kruise_controller_runtime::expectations`]); from the API server, a
@@ -10,10 +10,11 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::expectations::WatchReads;
+use kruise_core::cloneset::LABEL_INSTANCE_ID;
 use kruise_core::owner::{is_controlled_by, is_orphan};
 use kruise_core::selector::{matches, to_selector_string, validate};
 use kube::api::ListParams;
@@ -22,18 +23,22 @@ use serde::de::DeserializeOwned;
 
 use super::reconcile::ReconcileError;
 
-/// The CloneSet controller's context: the shared one, and where its pods
-/// and revisions are read (per CloneSet, `namespace/name`).
+/// The CloneSet controller's context: the shared one, and where its pods,
+/// revisions and claims are read (per CloneSet, `namespace/name`).
 pub struct CloneSetContext {
     pub shared: Context,
     pub pods: WatchReads<Pod>,
     pub revisions: WatchReads<ControllerRevision>,
+    pub claims: WatchReads<PersistentVolumeClaim>,
 }
 
 /// What a round plans from.
 pub struct Owned {
     pub pods: Vec<Pod>,
     pub revisions: Vec<ControllerRevision>,
+    /// Every claim with an instance id in the namespace (none read when
+    /// the CloneSet has no claim templates).
+    pub claims: Vec<PersistentVolumeClaim>,
 }
 
 /// The pods and revisions `cloneset` (with `uid`) controls; `key` is its
@@ -57,7 +62,7 @@ pub async fn read(
         key,
     };
     let Some(pods) = owner
-        .objects(&context.pods, Claim::Controlled, "list pods")
+        .objects(&context.pods, Ownership::Controlled, "list pods")
         .await?
     else {
         return Ok(None);
@@ -65,19 +70,26 @@ pub async fn read(
     let Some(revisions) = owner
         .objects(
             &context.revisions,
-            Claim::ControlledOrOrphan,
+            Ownership::ControlledOrOrphan,
             "list revisions",
         )
         .await?
     else {
         return Ok(None);
     };
-    Ok(Some(Owned { pods, revisions }))
+    let Some(claims) = owner.claims().await? else {
+        return Ok(None);
+    };
+    Ok(Some(Owned {
+        pods,
+        revisions,
+        claims,
+    }))
 }
 
 /// Which of the objects its selector matches a CloneSet reads as its own.
 #[derive(Clone, Copy)]
-enum Claim {
+enum Ownership {
     /// Those it controls: its pods (OpenKruise never adopts orphans).
     Controlled,
     /// Those it controls and those no one does: its revisions, as
@@ -97,13 +109,43 @@ struct Owner<'a> {
 }
 
 impl Owner<'_> {
+    /// The claims carrying an instance id in the CloneSet's namespace,
+    /// whoever owns them (a claim outlives its pod and is handed to the
+    /// next pod of its id); none when the CloneSet has no claim templates.
+    async fn claims(&self) -> Result<Option<Vec<PersistentVolumeClaim>>, ReconcileError> {
+        if self.cloneset.spec.volume_claim_templates.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let api = Api::<PersistentVolumeClaim>::namespaced(
+            self.context.shared.client.clone(),
+            self.namespace,
+        );
+        let params = ListParams::default().labels(LABEL_INSTANCE_ID);
+        let with_id = |claim: &PersistentVolumeClaim| {
+            claim.namespace().as_deref() == Some(self.namespace)
+                && claim.labels().contains_key(LABEL_INSTANCE_ID)
+        };
+        let read = self
+            .context
+            .claims
+            .read_or_list(self.key, &api, &params, with_id)
+            .await
+            .map_err(ReconcileError::api("list claims"))?;
+        Ok(read.map(|claims| {
+            claims
+                .iter()
+                .map(|c| PersistentVolumeClaim::clone(c))
+                .collect()
+        }))
+    }
+
     /// The objects of `reads` in the CloneSet's namespace that its
     /// selector matches (those a LIST by the selector would give) and
-    /// `claim` takes.
+    /// `ownership` takes.
     async fn objects<K>(
         &self,
         reads: &WatchReads<K>,
-        claim: Claim,
+        ownership: Ownership,
         what: &str,
     ) -> Result<Option<Vec<K>>, ReconcileError>
     where
@@ -120,9 +162,9 @@ impl Owner<'_> {
         let params = ListParams::default().labels(&to_selector_string(selector));
         let owned = |object: &K| {
             object.namespace().as_deref() == Some(self.namespace)
-                && match claim {
-                    Claim::Controlled => is_controlled_by(object.meta(), self.uid),
-                    Claim::ControlledOrOrphan => {
+                && match ownership {
+                    Ownership::Controlled => is_controlled_by(object.meta(), self.uid),
+                    Ownership::ControlledOrOrphan => {
                         is_controlled_by(object.meta(), self.uid) || is_orphan(object.meta())
                     }
                 }

@@ -19,7 +19,7 @@ use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_controller_runtime::status::replace_status;
 
 use super::CONTROLLER_NAME;
-use super::execute::execute;
+use super::execute::{Observed, Writes, execute};
 use super::predownload::UpdateRevision;
 use super::reads::{self, CloneSetContext, Owned};
 
@@ -99,14 +99,18 @@ async fn reconcile_cloneset(
         return Ok(Action::await_change());
     }
     let key = key(cloneset);
-    let Some(Owned { pods, revisions }) =
-        reads::read(context, cloneset, &namespace, &uid, &key).await?
+    let Some(Owned {
+        pods,
+        revisions,
+        claims,
+    }) = reads::read(context, cloneset, &namespace, &uid, &key).await?
     else {
         tracing::debug!(cloneset = key, "waiting for the watches to show our writes");
         return Ok(Action::requeue(STORE_WAIT));
     };
     let written = context.pods.writes_of(&key);
     let revisions_written = context.revisions.writes_of(&key);
+    let claims_written = context.claims.writes_of(&key);
     let context = &context.shared;
     let client = &context.client;
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
@@ -147,51 +151,89 @@ async fn reconcile_cloneset(
         in_place_complete = round.in_place_complete.len(),
         "round planned"
     );
+    let observed = Observed {
+        pods: &pods,
+        claims: &claims,
+    };
+    let written = Writes {
+        pods: written,
+        claims: claims_written,
+    };
     execute(
         context,
         written,
         cloneset,
-        &pods,
+        observed,
         &revision_plan.revisions,
         &round,
         now,
     )
     .await?;
-
-    let mut status = compute_status(
-        cloneset,
-        &pods,
-        &revision_plan.revisions,
-        cloneset.status.as_ref(),
-        now,
-    );
-    status.collision_count = Some(revision_plan.collision_count);
-    if cloneset.status.as_ref() != Some(&status) {
-        let api = Api::<CloneSet>::namespaced(client.clone(), &namespace);
-        let mut updated = cloneset.clone();
-        updated.status = Some(status);
-        // Stale: the CloneSet's watch event brings the newer one next.
-        replace_status(&api, &updated, CONTROLLER_NAME)
-            .await
-            .map_err(ReconcileError::api("write status"))?;
-    }
-    for name in &revision_plan.delete {
-        let uid = revisions
-            .iter()
-            .find(|r| r.metadata.name.as_ref() == Some(name))
-            .and_then(|r| r.metadata.uid.as_deref());
-        match revision_api.delete(name, &DeleteParams::default()).await {
-            Ok(answer) => revisions_written.deleted(uid, answer.as_ref().left()),
-            Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(ReconcileError::api("truncate history")(error)),
-        }
-    }
+    write_status(client, cloneset, &pods, &revision_plan, now).await?;
+    truncate_history(
+        &revision_api,
+        revisions_written,
+        &revisions,
+        &revision_plan.delete,
+    )
+    .await?;
 
     let requeue = round
         .requeue_after_seconds
         .and_then(|s| u64::try_from(s).ok())
         .map_or(Duration::from_secs(30), |s| Duration::from_secs(s.max(1)));
     Ok(Action::requeue(requeue))
+}
+
+/// Writes the status the round's pods and revisions give, if it changed.
+async fn write_status(
+    client: &kube::Client,
+    cloneset: &CloneSet,
+    pods: &[Pod],
+    revision_plan: &RevisionPlan,
+    now: Timestamp,
+) -> Result<(), ReconcileError> {
+    let mut status = compute_status(
+        cloneset,
+        pods,
+        &revision_plan.revisions,
+        cloneset.status.as_ref(),
+        now,
+    );
+    status.collision_count = Some(revision_plan.collision_count);
+    if cloneset.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let namespace = cloneset.namespace().unwrap_or_default();
+    let api = Api::<CloneSet>::namespaced(client.clone(), &namespace);
+    let mut updated = cloneset.clone();
+    updated.status = Some(status);
+    // Stale: the CloneSet's watch event brings the newer one next.
+    replace_status(&api, &updated, CONTROLLER_NAME)
+        .await
+        .map_err(ReconcileError::api("write status"))
+        .map(drop)
+}
+
+/// Deletes the revisions the plan let go of, noting each delete.
+async fn truncate_history(
+    revision_api: &Api<ControllerRevision>,
+    written: OwnerWrites<'_>,
+    revisions: &[ControllerRevision],
+    names: &[String],
+) -> Result<(), ReconcileError> {
+    for name in names {
+        let uid = revisions
+            .iter()
+            .find(|r| r.metadata.name.as_ref() == Some(name))
+            .and_then(|r| r.metadata.uid.as_deref());
+        match revision_api.delete(name, &DeleteParams::default()).await {
+            Ok(answer) => written.deleted(uid, answer.as_ref().left()),
+            Err(kube::Error::Api(_)) => {}
+            Err(error) => return Err(ReconcileError::api("truncate history")(error)),
+        }
+    }
+    Ok(())
 }
 
 /// Makes the update revision exist among the CloneSet's `revisions` (a
@@ -256,6 +298,7 @@ mod tests {
 
     use kruise_controller_runtime::shared::SharedWatch;
 
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use kruise_controller_runtime::expectations::WatchReads;
     use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
     use kube::api::ListParams;
@@ -296,6 +339,7 @@ mod tests {
             pods: pods.map_or_else(WatchReads::api_only, |w| WatchReads::from_watch(w.clone())),
             revisions: revisions
                 .map_or_else(WatchReads::api_only, |w| WatchReads::from_watch(w.clone())),
+            claims: WatchReads::api_only(),
         })
     }
 
@@ -841,6 +885,54 @@ mod tests {
         assert_eq!(
             predownload_requests(&api.seen()[before..], &update),
             Vec::<String>::new()
+        );
+    }
+
+    /// Claims come from the claim watch once it shows the round's own
+    /// claim writes: no LIST of the namespace's claims per round, and a
+    /// round on a store without the claims it created waits instead of
+    /// planning ids and claims again.
+    #[tokio::test]
+    async fn rounds_read_claims_from_the_watch_once_it_has_their_writes() {
+        const CLAIMS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+        let api = FakeApi::default();
+        let mut demo = cloneset(2, "nginx:1", "ReCreate");
+        demo["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}}]);
+        api.insert("clonesets", demo);
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let revision_watch = FedWatch::<ControllerRevision>::listed([]).await;
+        let claim_watch = FedWatch::<PersistentVolumeClaim>::listed([]).await;
+        let context = Arc::new(CloneSetContext {
+            shared: Context::new(api.client(), CONTROLLER_NAME),
+            pods: WatchReads::from_watch(pod_watch.watch.clone()),
+            revisions: WatchReads::from_watch(revision_watch.watch.clone()),
+            claims: WatchReads::from_watch(claim_watch.watch.clone()),
+        });
+        let claim_requests = |seen: &[Seen]| -> Vec<String> {
+            seen.iter()
+                .filter(|s| s.path.starts_with(CLAIMS))
+                .map(|s| s.method.clone())
+                .collect()
+        };
+
+        round_in(&api, &context).await;
+        assert_eq!(
+            claim_requests(&api.seen()),
+            ["POST", "POST"],
+            "two claims created, none listed"
+        );
+        pod_watch.apply(listed(&api).await).await;
+        revision_watch.apply(listed(&api).await).await;
+        waits_without_a_request(&api, &context, "the claim store lacks both claims").await;
+
+        claim_watch.apply(listed(&api).await).await;
+        assert_ne!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));
+        assert_eq!(
+            claim_requests(&api.seen()),
+            ["POST", "POST", "GET"],
+            "nothing more than the test's own LIST"
         );
     }
 }

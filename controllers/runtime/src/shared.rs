@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -347,6 +347,7 @@ pub struct SharedWatches {
     client: Client,
     pods: Arc<std::sync::OnceLock<SharedWatch<Pod>>>,
     revisions: Arc<std::sync::OnceLock<SharedWatch<ControllerRevision>>>,
+    claims: Arc<std::sync::OnceLock<SharedWatch<PersistentVolumeClaim>>>,
 }
 
 impl Debug for SharedWatches {
@@ -354,6 +355,7 @@ impl Debug for SharedWatches {
         f.debug_struct("SharedWatches")
             .field("pods", &self.pods.get())
             .field("revisions", &self.revisions.get())
+            .field("claims", &self.claims.get())
             .finish_non_exhaustive()
     }
 }
@@ -364,6 +366,7 @@ impl SharedWatches {
             client,
             pods: Arc::default(),
             revisions: Arc::default(),
+            claims: Arc::default(),
         }
     }
 
@@ -376,6 +379,12 @@ impl SharedWatches {
     /// Every ControllerRevision in the cluster.
     pub fn revisions(&self) -> &SharedWatch<ControllerRevision> {
         self.revisions
+            .get_or_init(|| SharedWatch::all(self.client.clone()))
+    }
+
+    /// Every PersistentVolumeClaim in the cluster.
+    pub fn claims(&self) -> &SharedWatch<PersistentVolumeClaim> {
+        self.claims
             .get_or_init(|| SharedWatch::all(self.client.clone()))
     }
 }
