@@ -803,6 +803,16 @@ mod tests {
             .collect()
     }
 
+    /// A round that sends nothing about pre-download.
+    async fn quiet_round(api: &FakeApi, update: &str) {
+        let before = api.seen().len();
+        round(api).await;
+        assert_eq!(
+            predownload_requests(&api.seen()[before..], update),
+            Vec::<String>::new()
+        );
+    }
+
     fn update_revision(api: &FakeApi) -> String {
         let status = &api.get(CLONESET).unwrap()["status"];
         status["updateRevision"].as_str().unwrap().to_owned()
@@ -832,12 +842,7 @@ mod tests {
         );
         assert!(api.get(&format!("{JOBS}/{update}-main")).is_some());
 
-        let before = api.seen().len();
-        round(&api).await;
-        assert_eq!(
-            predownload_requests(&api.seen()[before..], &update),
-            Vec::<String>::new()
-        );
+        quiet_round(&api, &update).await;
     }
 
     /// Once the rollout that made jobs is over, they are listed and
@@ -880,12 +885,7 @@ mod tests {
                 .is_none()
         );
 
-        let before = api.seen().len();
-        round(&api).await;
-        assert_eq!(
-            predownload_requests(&api.seen()[before..], &update),
-            Vec::<String>::new()
-        );
+        quiet_round(&api, &update).await;
     }
 
     /// Claims come from the claim watch once it shows the round's own

@@ -639,6 +639,11 @@ mod tests {
         api.get(&format!("{NODE_IMAGES}/{name}")).unwrap()
     }
 
+    /// The first nginx tag in NodeImage `name`'s spec.
+    fn first_nginx_tag(api: &FakeApi, name: &str) -> Value {
+        node_image(api, name)["spec"]["images"]["nginx"]["tags"][0]["tag"].clone()
+    }
+
     #[tokio::test]
     async fn a_job_tags_at_most_parallelism_node_images_and_counts_them_in_its_status() {
         let api = FakeApi::default();
@@ -728,10 +733,7 @@ mod tests {
         assert_eq!(writes[1].0, "DELETE");
         assert_eq!(writes[1].1["preconditions"]["uid"], "job-uid");
         // The node keeps the tag: its TTL, not the job, removes it.
-        assert_eq!(
-            node_image(&api, "node-a")["spec"]["images"]["nginx"]["tags"][0]["tag"],
-            "1.25"
-        );
+        assert_eq!(first_nginx_tag(&api, "node-a"), "1.25");
     }
 
     #[tokio::test]
@@ -903,10 +905,7 @@ mod tests {
             json!({}),
             "another namespace's pod"
         );
-        assert_eq!(
-            node_image(&api, "node-b")["spec"]["images"]["nginx"]["tags"][0]["tag"],
-            "1.25"
-        );
+        assert_eq!(first_nginx_tag(&api, "node-b"), "1.25");
     }
 
     /// A podSelector the API server would refuse is said in the status,
