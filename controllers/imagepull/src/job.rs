@@ -349,8 +349,7 @@ async fn add_tag(
         policy,
     )
     .unwrap_or(false);
-    if changed {
-        replace_node_image(context, job, &api, &fresh).await?;
+    if changed && replace_node_image(context, job, &api, &fresh).await? {
         tracing::info!(node = %name, image = %job.spec.image, "tag written");
     }
     Ok(())
@@ -364,34 +363,40 @@ async fn release_old_tags(
     node_images: &[NodeImage],
 ) -> Result<(), Error> {
     let keep = job_image(job).ok();
-    release_from(context, job, node_images, keep.as_ref()).await
+    // A conflict is released again on the next round (2 s).
+    release_from(context, job, node_images, keep.as_ref()).await?;
+    Ok(())
 }
 
+/// Takes the job's tags (but those of `keep`) out of `node_images`; false
+/// if a write met a conflict (or a NodeImage gone), so some may be left.
 async fn release_from(
     context: &Context,
     job: &ImagePullJob,
     node_images: &[NodeImage],
     keep: Option<&kruise_core::imagepull::reference::ImageRef>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let uid = job.metadata.uid.as_deref().unwrap_or_default();
     let api: Api<NodeImage> = Api::all(context.client.clone());
+    let mut all_written = true;
     for image in node_images {
         let mut updated = image.clone();
         if release_tags(&mut updated.spec, uid, keep) {
-            replace_node_image(context, job, &api, &updated).await?;
+            all_written &= replace_node_image(context, job, &api, &updated).await?;
         }
     }
-    Ok(())
+    Ok(all_written)
 }
 
 /// Writes `image` on the version read, noting the write for the job's
-/// reads of the NodeImage watch.
+/// reads of the NodeImage watch; false if it lost a race (a conflict, or
+/// the NodeImage gone), which the next round plans again from.
 async fn replace_node_image(
     context: &Context,
     job: &ImagePullJob,
     api: &Api<NodeImage>,
     image: &NodeImage,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let written = api
         .replace(&image.name_any(), &PostParams::default(), image)
         .await;
@@ -399,7 +404,9 @@ async fn replace_node_image(
         let key = job_key(&job.metadata);
         context.node_images.writes_of(&key).wrote(written);
     }
-    unless_raced(written, "write a NodeImage")
+    let ok = written.is_ok();
+    unless_raced(written, "write a NodeImage")?;
+    Ok(ok)
 }
 
 /// Mirrors the job's pull secrets into the agents' namespace and returns
@@ -501,8 +508,8 @@ async fn ensure_namespace(context: &Context, name: &str) -> Result<(), Error> {
 }
 
 /// Lets go of the job's mirrors (and, once it is deleted, of its tags),
-/// then drops its finalizer; false (nothing done) while the NodeImage
-/// watch lacks the job's last tag writes.
+/// then drops its finalizer; false (the finalizer kept) while the NodeImage
+/// watch lacks the job's last tag writes or a release met a conflict.
 async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Result<bool, Error> {
     let node_images = if deleted {
         let Some(node_images) = read_node_images(context, job).await? else {
@@ -517,11 +524,19 @@ async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Resul
         Api::namespaced(context.client.clone(), &context.options.config_namespace);
     let mirrors = list_mirrors(&mirrors_api).await?;
     apply(&mirrors_api, secrets::release(&key, &mirrors)).await?;
-    release_from(context, job, &node_images, None).await?;
+    // A NodeImage the watch has an older copy of answers a conflict: the
+    // finalizer stays until every tag is released.
+    if !release_from(context, job, &node_images, None).await? {
+        return Ok(false);
+    }
     if job::holds_finalizer(job) {
         let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
         finalizers.retain(|f| f != DELETION_PROTECTION_FINALIZER);
         write_finalizers(context, job, finalizers).await?;
+    }
+    if deleted {
+        // The job is going: no round of it reads its notes again.
+        context.node_images.forget(&job_key(&job.metadata));
     }
     Ok(true)
 }
@@ -932,5 +947,55 @@ mod tests {
             "{message}"
         );
         assert_eq!(node_image(&api, "node-a")["spec"], json!({}));
+    }
+
+    /// A deleted job whose release meets a conflict (the watch's copy of
+    /// the NodeImage is older than the node agent's last status write)
+    /// keeps its finalizer and tries again once the watch has caught up:
+    /// no tag is left behind.
+    #[tokio::test]
+    async fn a_deleted_jobs_release_that_meets_a_conflict_keeps_the_finalizer() {
+        let api = FakeApi::default();
+        insert_node_image(
+            &api,
+            "node-a",
+            json!({"images": {"nginx": {"tags": [owned_tag("1.25", "job-uid")]}}}),
+            json!({"desired": 1}),
+        );
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "completionPolicy": {}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER],
+                   "deletionTimestamp": "2024-01-01T00:00:00Z"}),
+        );
+        let images = FedWatch::listed(listed_images(&api).await).await;
+        let pods = FedWatch::<Pod>::listed([]).await;
+        let context = watched(&images, &pods, &api);
+        // The agent reports: the API server's copy moves on, the watch's not.
+        let status = json!({"status": {"desired": 1, "active": 1}});
+        Api::<NodeImage>::all(api.client())
+            .patch_status("node-a", &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .unwrap();
+        let stored =
+            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+
+        assert_eq!(
+            reconcile(stored(), context.clone()).await.unwrap(),
+            Action::requeue(STORE_WAIT)
+        );
+        assert_eq!(first_nginx_tag(&api, "node-a"), "1.25", "not released yet");
+        assert_eq!(
+            api.get(JOB).unwrap()["metadata"]["finalizers"],
+            json!([DELETION_PROTECTION_FINALIZER])
+        );
+
+        images.apply(listed_images(&api).await).await;
+        assert_eq!(
+            reconcile(stored(), context).await.unwrap(),
+            Action::await_change()
+        );
+        assert_eq!(node_image(&api, "node-a")["spec"], json!({}), "released");
+        assert_eq!(api.get(JOB).unwrap()["metadata"]["finalizers"], json!([]));
     }
 }

@@ -111,6 +111,12 @@ impl Expectations {
         }
     }
 
+    /// Drops `owner`'s notes: it is gone, and no round of it will read
+    /// them (without this they would stay for the manager's lifetime).
+    pub fn forget(&self, owner: &str) {
+        lock(&self.owners).remove(owner);
+    }
+
     fn note(&self, owner: &str, change: impl FnOnce(&mut Unseen)) {
         let mut owners = lock(&self.owners);
         let pending = owners.entry(owner.to_owned()).or_insert_with(|| Pending {
@@ -226,6 +232,11 @@ where
         }
     }
 
+    /// Drops the notes of `owner`, which is gone.
+    pub fn forget(&self, owner: &str) {
+        self.expectations.forget(owner);
+    }
+
     /// Where `owner`'s writes are noted.
     pub fn writes_of<'a>(&'a self, owner: &'a str) -> OwnerWrites<'a> {
         OwnerWrites {
@@ -313,6 +324,18 @@ mod tests {
             expectations.freshness("default/other", now, seen_up_to(0), nothing_there),
             Freshness::Current
         );
+    }
+
+    #[test]
+    fn a_forgotten_owner_reads_the_store_again() {
+        let expectations = Expectations::default();
+        expectations.wrote(OWNER, Some("12"));
+        expectations.wrote("default/other", Some("12"));
+        expectations.forget(OWNER);
+        let now = Instant::now();
+        let check = |owner| expectations.freshness(owner, now, seen_up_to(1), nothing_there);
+        assert_eq!(check(OWNER), Freshness::Current);
+        assert_eq!(check("default/other"), Freshness::Behind);
     }
 
     #[test]
