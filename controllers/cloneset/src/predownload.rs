@@ -12,7 +12,7 @@ use kruise_api::{CloneSet, ImagePullJob};
 use kruise_controller_runtime::api_error::{is_already_exists, is_not_found};
 use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_core::cloneset::Revisions;
-use kruise_core::cloneset::predownload::{CREATED_LABEL, Predownload, plan};
+use kruise_core::cloneset::predownload::{CREATED_LABEL, Predownload, has_label, plan};
 use kruise_core::owner::is_controlled_by;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -20,20 +20,33 @@ use serde_json::json;
 
 use crate::reconcile::ReconcileError;
 
-/// Where the update revision is read and its mark written (noted in the
-/// CloneSet's revision expectations).
-pub(crate) struct UpdateRevision<'a> {
+/// Where the CloneSet's revisions were read and their marks are written
+/// (noted in the CloneSet's revision expectations).
+pub(crate) struct RevisionMarks<'a> {
     pub api: &'a Api<ControllerRevision>,
     pub written: OwnerWrites<'a>,
-    /// As stored; None when this round made it.
-    pub stored: Option<&'a ControllerRevision>,
+    /// The CloneSet's revisions as stored (one this round made is not).
+    pub stored: &'a [ControllerRevision],
 }
 
+/// Makes or deletes the jobs. A failure is said and left for the next
+/// round, never the round's: scaling and updating do not wait on it.
 pub(crate) async fn sync(
     client: &Client,
     cloneset: &CloneSet,
     revisions: &Revisions,
-    update: UpdateRevision<'_>,
+    marks: RevisionMarks<'_>,
+) {
+    if let Err(error) = try_sync(client, cloneset, revisions, &marks).await {
+        tracing::warn!(cloneset = %cloneset.name_any(), %error, "image pre-download");
+    }
+}
+
+async fn try_sync(
+    client: &Client,
+    cloneset: &CloneSet,
+    revisions: &Revisions,
+    marks: &RevisionMarks<'_>,
 ) -> Result<(), ReconcileError> {
     let updated_ready = cloneset
         .status
@@ -41,8 +54,7 @@ pub(crate) async fn sync(
         .map_or(0, |s| s.updated_ready_replicas);
     let namespace = cloneset.namespace().unwrap_or_default();
     let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), &namespace);
-    let labels = update.stored.and_then(|r| r.metadata.labels.as_ref());
-    match plan(cloneset, revisions, labels, updated_ready) {
+    match plan(cloneset, revisions, marks.stored, updated_ready) {
         Predownload::Off => Ok(()),
         Predownload::Jobs(wanted) => {
             for job in wanted {
@@ -56,12 +68,13 @@ pub(crate) async fn sync(
                     }
                 }
             }
-            mark(&update, &revisions.update, Some("true")).await
+            mark(marks, &revisions.update, Some("true")).await
         }
         Predownload::Done => {
             let uid = cloneset.uid().unwrap_or_default();
+            // Metadata only: a job our types cannot read is still deleted.
             let listed = jobs
-                .list(&ListParams::default())
+                .list_metadata(&ListParams::default())
                 .await
                 .map_err(ReconcileError::api("list the pre-download jobs"))?;
             for job in listed
@@ -77,23 +90,26 @@ pub(crate) async fn sync(
                     }
                 }
             }
-            mark(&update, &revisions.update, None).await
+            for revision in marks.stored.iter().filter(|r| has_label(r, CREATED_LABEL)) {
+                mark(marks, &revision.name_any(), None).await?;
+            }
+            Ok(())
         }
     }
 }
 
 /// Puts [`CREATED_LABEL`] on revision `name` (`Some`) or takes it off.
 async fn mark(
-    update: &UpdateRevision<'_>,
+    marks: &RevisionMarks<'_>,
     name: &str,
     value: Option<&str>,
 ) -> Result<(), ReconcileError> {
     let patch = json!({"metadata": {"labels": {CREATED_LABEL: value}}});
-    let marked = update
+    let marked = marks
         .api
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(ReconcileError::api(format!("mark revision {name}")))?;
-    update.written.wrote(&marked);
+    marks.written.wrote(&marked);
     Ok(())
 }

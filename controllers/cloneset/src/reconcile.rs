@@ -17,10 +17,11 @@ use serde_json::json;
 use kruise_controller_runtime::api_error;
 use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_controller_runtime::status::replace_status;
+use kruise_core::owner::{is_controlled_by, is_orphan};
 
 use super::CONTROLLER_NAME;
 use super::execute::{Observed, Writes, execute};
-use super::predownload::UpdateRevision;
+use super::predownload::RevisionMarks;
 use super::reads::{self, CloneSetContext, Owned};
 
 /// How long a round waits for the pod and revision watches to show its
@@ -40,6 +41,8 @@ pub enum ReconcileError {
     Selector(String),
     #[error("every name tried for the update revision is taken by other data")]
     RevisionNames,
+    #[error("revision {0} is held by another controller: waiting for it to go")]
+    RevisionHeld(String),
 }
 
 impl ReconcileError {
@@ -95,13 +98,17 @@ async fn reconcile_cloneset(
     let (Some(namespace), Some(uid)) = (cloneset.namespace(), cloneset.uid()) else {
         return Err(ReconcileError::Incomplete);
     };
+    let key = key(cloneset);
     if cloneset.metadata.deletion_timestamp.is_some() {
+        // Going: no later round of it reads its notes.
+        context.pods.forget(&key);
+        context.revisions.forget(&key);
+        context.claims.forget(&key);
         return Ok(Action::await_change());
     }
-    let key = key(cloneset);
     let Some(Owned {
         pods,
-        revisions,
+        mut revisions,
         claims,
     }) = reads::read(context, cloneset, &namespace, &uid, &key).await?
     else {
@@ -118,19 +125,17 @@ async fn reconcile_cloneset(
         &revision_api,
         revisions_written,
         cloneset,
-        &revisions,
+        &mut revisions,
         &pods,
     )
     .await?;
 
-    let update = UpdateRevision {
+    let marks = RevisionMarks {
         api: &revision_api,
         written: revisions_written,
-        stored: revisions
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(revision_plan.revisions.update.as_str())),
+        stored: &revisions,
     };
-    crate::predownload::sync(client, cloneset, &revision_plan.revisions, update).await?;
+    crate::predownload::sync(client, cloneset, &revision_plan.revisions, marks).await;
 
     let now = Timestamp::now();
     let input = PlanInput {
@@ -237,22 +242,22 @@ async fn truncate_history(
 }
 
 /// Makes the update revision exist among the CloneSet's `revisions` (a
-/// few: the history limit), noting the write. A name someone else holds
-/// is read and planned again with: the same data is taken as it is (as
-/// Kubernetes' own controllers do), other data moves to the next name.
-/// Such a revision is not among `revisions`: one left by a CloneSet of
-/// the same name deleted with `--cascade=orphan`, or written by a second
-/// manager.
+/// few: the history limit), noting the write. A name found taken on
+/// create is read: one the CloneSet may take (its own, or an orphan a
+/// watch had not shown yet) joins `revisions` and the plan is made again
+/// (the same data taken as it is, other data moved to the next name); one
+/// another controller holds (a CloneSet of the same name still being
+/// deleted) is waited for, with backoff, until it goes.
 async fn sync_revisions(
     revision_api: &Api<ControllerRevision>,
     written: OwnerWrites<'_>,
     cloneset: &CloneSet,
-    revisions: &[ControllerRevision],
+    known: &mut Vec<ControllerRevision>,
     pods: &[Pod],
 ) -> Result<RevisionPlan, ReconcileError> {
-    let mut known = revisions.to_vec();
+    let uid = cloneset.uid().unwrap_or_default();
     for _ in 0..REVISION_ATTEMPTS {
-        let revision_plan = plan_revisions(cloneset, &known, pods);
+        let revision_plan = plan_revisions(cloneset, known, pods);
         match &revision_plan.write {
             RevisionWrite::None => {}
             RevisionWrite::Create(revision) => {
@@ -264,6 +269,9 @@ async fn sync_revisions(
                             .get(name)
                             .await
                             .map_err(ReconcileError::api(format!("read revision {name}")))?;
+                        if !is_controlled_by(&found.metadata, &uid) && !is_orphan(&found.metadata) {
+                            return Err(ReconcileError::RevisionHeld(name.to_owned()));
+                        }
                         known.retain(|r| r.metadata.name != found.metadata.name);
                         known.push(found);
                         continue;
@@ -760,19 +768,45 @@ mod tests {
     }
 
     /// A revision under the update revision's name that another controller
-    /// holds is not read as the CloneSet's: it is read after the create's
-    /// 409 and, holding the same data, taken, rather than the create
-    /// retried until it goes.
+    /// holds (a CloneSet of the same name still being deleted) is not
+    /// taken, bumped or deleted: the round fails, saying so, and is retried
+    /// with backoff until the revision goes.
     #[tokio::test]
-    async fn a_revision_another_controller_holds_under_the_name_is_read_and_taken() {
+    async fn a_revision_another_controller_holds_under_the_name_is_waited_for() {
         let (api, name) = revision_left_behind(Some("old-cloneset-uid"));
+        let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
 
-        round(&api).await;
+        let outcome = reconcile(Arc::new(stored), context(&api, None, None)).await;
 
+        assert!(
+            matches!(&outcome, Err(ReconcileError::RevisionHeld(held)) if *held == name),
+            "{outcome:?}"
+        );
         assert_eq!(
             revision_requests(&api.seen()),
             [
                 format!("GET {REVISIONS}"),
+                format!("POST {REVISIONS}"),
+                format!("GET {REVISIONS}/{name}")
+            ]
+        );
+        assert!(pods(&api).await.is_empty());
+    }
+
+    /// An orphaned revision the revision watch has not shown yet: found on
+    /// the create's 409, read, and taken.
+    #[tokio::test]
+    async fn an_orphaned_revision_the_watch_lacks_is_read_after_the_409_and_taken() {
+        let (api, name) = revision_left_behind(None);
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let revision_watch = FedWatch::<ControllerRevision>::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), Some(&revision_watch.watch));
+
+        round_in(&api, &context).await;
+
+        assert_eq!(
+            revision_requests(&api.seen()),
+            [
                 format!("POST {REVISIONS}"),
                 format!("GET {REVISIONS}/{name}")
             ]

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kruise_api::CloneSet;
 use kruise_core::cloneset::Revisions;
@@ -64,7 +65,7 @@ fn one_job_per_changed_image_for_the_pods_not_yet_updated() {
         "InPlaceIfPossible",
         5,
     );
-    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), None, 0) else {
+    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), &[], 0) else {
         panic!("jobs expected");
     };
     let names: Vec<_> = jobs
@@ -125,7 +126,7 @@ fn a_timeout_annotation_is_used() {
         "InPlaceOnly",
         4,
     );
-    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), None, 0) else {
+    let Predownload::Jobs(jobs) = plan(&cs, &rolling(), &[], 0) else {
         panic!()
     };
     assert_eq!(
@@ -141,7 +142,7 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
         plan(
             &cloneset(&json!({}), "InPlaceIfPossible", 5),
             &rolling(),
-            None,
+            &[],
             0
         ),
         Predownload::Off
@@ -154,7 +155,7 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
                 5
             ),
             &rolling(),
-            None,
+            &[],
             0
         ),
         Predownload::Off
@@ -167,20 +168,20 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
                 5
             ),
             &rolling(),
-            None,
+            &[],
             0
         ),
         Predownload::Off
     );
     assert_eq!(
-        plan(&cloneset(&asked, "ReCreate", 5), &rolling(), None, 0),
+        plan(&cloneset(&asked, "ReCreate", 5), &rolling(), &[], 0),
         Predownload::Off
     );
     assert_eq!(
         plan(
             &cloneset(&asked, "InPlaceIfPossible", 3),
             &rolling(),
-            None,
+            &[],
             0
         ),
         Predownload::Off
@@ -190,9 +191,9 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
         "InPlaceIfPossible",
         5,
     );
-    assert_eq!(plan(&waiting, &rolling(), None, 1), Predownload::Off);
+    assert_eq!(plan(&waiting, &rolling(), &[], 1), Predownload::Off);
     assert!(matches!(
-        plan(&waiting, &rolling(), None, 2),
+        plan(&waiting, &rolling(), &[], 2),
         Predownload::Jobs(_)
     ));
     let mut converged = rolling();
@@ -201,36 +202,69 @@ fn off_unless_asked_and_worth_it_done_when_converged() {
         plan(
             &cloneset(&asked, "InPlaceIfPossible", 5),
             &converged,
-            None,
+            &[],
             0
         ),
         Predownload::Off,
-        "no jobs were made for this revision"
+        "no revision made jobs"
     );
 }
 
-/// The update revision's labels say what was done: jobs made once (by
-/// us or OpenKruise), none after OpenKruise skipped it, and the jobs
-/// deleted once a rollout that made them is over.
+/// The revisions' labels say what was done: jobs made once (by us or
+/// OpenKruise), none after OpenKruise skipped the update revision, and,
+/// once no rollout is under way, the jobs of any revision marked deleted
+/// (a rollout given up for a rollback included).
 #[test]
-fn the_update_revisions_labels_make_jobs_once_and_delete_them_once() {
+fn the_revisions_labels_make_jobs_once_and_delete_them_once() {
     let cs = cloneset(
         &json!({PARALLELISM_ANNOTATION: "2"}),
         "InPlaceIfPossible",
         5,
     );
-    let labelled = |label: &str| [(label.to_owned(), "true".to_owned())].into();
-    let created = labelled(CREATED_LABEL);
-    let ignored = labelled(IGNORED_LABEL);
-    let other = labelled("app");
+    let stored = |name: &str, label: &str| -> ControllerRevision {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {label: "true"}},
+                                      "revision": 1}),
+        )
+        .unwrap()
+    };
+    let new = |label| [stored("web-new", label)];
     assert!(matches!(
-        plan(&cs, &rolling(), Some(&other), 0),
+        plan(&cs, &rolling(), &new("app"), 0),
         Predownload::Jobs(_)
     ));
-    assert_eq!(plan(&cs, &rolling(), Some(&created), 0), Predownload::Off);
-    assert_eq!(plan(&cs, &rolling(), Some(&ignored), 0), Predownload::Off);
+    assert!(matches!(
+        plan(&cs, &rolling(), &[stored("web-old", CREATED_LABEL)], 0),
+        Predownload::Jobs(_)
+    ));
+    assert_eq!(
+        plan(&cs, &rolling(), &new(CREATED_LABEL), 0),
+        Predownload::Off
+    );
+    assert_eq!(
+        plan(&cs, &rolling(), &new(IGNORED_LABEL), 0),
+        Predownload::Off
+    );
     let mut converged = rolling();
     converged.current = converged.update.clone();
-    assert_eq!(plan(&cs, &converged, Some(&created), 0), Predownload::Done);
-    assert_eq!(plan(&cs, &converged, Some(&ignored), 0), Predownload::Off);
+    assert_eq!(
+        plan(&cs, &converged, &new(CREATED_LABEL), 0),
+        Predownload::Done
+    );
+    assert_eq!(
+        plan(&cs, &converged, &new(IGNORED_LABEL), 0),
+        Predownload::Off
+    );
+    let mut rolled_back = rolling();
+    rolled_back.update = rolled_back.current.clone();
+    assert_eq!(
+        plan(
+            &cs,
+            &rolled_back,
+            &[stored("web-old", "app"), stored("web-new", CREATED_LABEL)],
+            0
+        ),
+        Predownload::Done,
+        "the given-up rollout's jobs"
+    );
 }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::CloneSet;
@@ -47,21 +48,31 @@ pub enum Predownload {
     /// These jobs should exist: create them, then put [`CREATED_LABEL`] on
     /// the update revision.
     Jobs(Vec<ImagePullJob>),
-    /// The rollout that made jobs is over: delete the CloneSet's jobs, then
-    /// take [`CREATED_LABEL`] off the revision (a later rollback to it
-    /// pre-downloads again).
+    /// No rollout is under way and one made jobs (a revision carries
+    /// [`CREATED_LABEL`]): delete the CloneSet's jobs, then take the label
+    /// off those revisions (a later rollback to one pre-downloads again).
     Done,
+}
+
+/// Whether `revision` carries `label` (whatever its value, as OpenKruise
+/// reads these marks).
+pub fn has_label(revision: &ControllerRevision, label: &str) -> bool {
+    revision
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|labels| labels.contains_key(label))
 }
 
 /// The jobs for the CloneSet's rollout from `revisions.current` to
 /// `revisions.update`, one per container whose image changed, named
 /// `<update revision>-<container>`, targeting the pods of the CloneSet
-/// that are not on the update revision. `update_labels` are the stored
-/// update revision's (none when it was made this round).
+/// that are not on the update revision. `stored` are the CloneSet's
+/// revisions as stored (whose labels say what was done).
 pub fn plan(
     cloneset: &CloneSet,
     revisions: &Revisions,
-    update_labels: Option<&BTreeMap<String, String>>,
+    stored: &[ControllerRevision],
     updated_ready: i32,
 ) -> Predownload {
     let annotations = cloneset.metadata.annotations.clone().unwrap_or_default();
@@ -72,15 +83,19 @@ pub fn plan(
     else {
         return Predownload::Off;
     };
-    let marked = |label: &str| update_labels.is_some_and(|labels| labels.contains_key(label));
     if revisions.current == revisions.update {
-        return if marked(CREATED_LABEL) {
+        // Jobs of any revision: a rollout given up for a rollback leaves
+        // its jobs and its mark on a revision no longer the update one.
+        return if stored.iter().any(|r| has_label(r, CREATED_LABEL)) {
             Predownload::Done
         } else {
             Predownload::Off
         };
     }
-    if marked(CREATED_LABEL) || marked(IGNORED_LABEL) {
+    let update = stored
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(revisions.update.as_str()));
+    if update.is_some_and(|r| has_label(r, CREATED_LABEL) || has_label(r, IGNORED_LABEL)) {
         return Predownload::Off;
     }
     let strategy = cloneset
