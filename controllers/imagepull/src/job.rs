@@ -654,13 +654,9 @@ mod tests {
         api.get(&format!("{NODE_IMAGES}/{name}")).unwrap()
     }
 
-    /// The first nginx tag in NodeImage `name`'s spec.
-    fn first_nginx_tag(api: &FakeApi, name: &str) -> Value {
-        node_image(api, name)["spec"]["images"]["nginx"]["tags"][0]["tag"].clone()
-    }
-
-    #[tokio::test]
-    async fn a_job_tags_at_most_parallelism_node_images_and_counts_them_in_its_status() {
+    /// Three empty NodeImages and a job pulling nginx on two nodes at a
+    /// time, with `metadata` merged into the job's.
+    fn three_nodes_two_at_a_time(metadata: Value) -> FakeApi {
         let api = FakeApi::default();
         for name in ["node-a", "node-b", "node-c"] {
             insert_node_image(&api, name, json!({}), json!({"desired": 0}));
@@ -668,8 +664,19 @@ mod tests {
         insert_job(
             &api,
             json!({"image": "nginx:1.25", "parallelism": 2, "completionPolicy": {}}),
-            json!({}),
+            metadata,
         );
+        api
+    }
+
+    /// The first nginx tag in NodeImage `name`'s spec.
+    fn first_nginx_tag(api: &FakeApi, name: &str) -> Value {
+        node_image(api, name)["spec"]["images"]["nginx"]["tags"][0]["tag"].clone()
+    }
+
+    #[tokio::test]
+    async fn a_job_tags_at_most_parallelism_node_images_and_counts_them_in_its_status() {
+        let api = three_nodes_two_at_a_time(json!({}));
         let before = api.writes().len();
 
         // First the finalizer, and nothing else.
@@ -796,6 +803,17 @@ mod tests {
         ))
     }
 
+    /// A NodeImage watch listed with the API's NodeImages, an empty pod
+    /// watch, and a context reading both (the watches live while held).
+    async fn watched_without_pods(
+        api: &FakeApi,
+    ) -> (FedWatch<Stored<NodeImage>>, FedWatch<Pod>, Arc<Context>) {
+        let images = FedWatch::listed(listed_images(api).await).await;
+        let pods = FedWatch::<Pod>::listed([]).await;
+        let context = watched(&images, &pods, api);
+        (images, pods, context)
+    }
+
     async fn listed_images(api: &FakeApi) -> Vec<Stored<NodeImage>> {
         Api::<Stored<NodeImage>>::all(api.client())
             .list(&ListParams::default())
@@ -819,18 +837,8 @@ mod tests {
     /// waits instead of planning from NodeImages that lack its tags.
     #[tokio::test]
     async fn a_round_reads_node_images_from_the_watch_once_it_shows_its_tags() {
-        let api = FakeApi::default();
-        for name in ["node-a", "node-b", "node-c"] {
-            insert_node_image(&api, name, json!({}), json!({"desired": 0}));
-        }
-        insert_job(
-            &api,
-            json!({"image": "nginx:1.25", "parallelism": 2, "completionPolicy": {}}),
-            json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}),
-        );
-        let images = FedWatch::listed(listed_images(&api).await).await;
-        let pods = FedWatch::<Pod>::listed([]).await;
-        let context = watched(&images, &pods, &api);
+        let api = three_nodes_two_at_a_time(json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}));
+        let (images, _pods, context) = watched_without_pods(&api).await;
         let stored =
             || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
 
@@ -968,9 +976,7 @@ mod tests {
             json!({"finalizers": [DELETION_PROTECTION_FINALIZER],
                    "deletionTimestamp": "2024-01-01T00:00:00Z"}),
         );
-        let images = FedWatch::listed(listed_images(&api).await).await;
-        let pods = FedWatch::<Pod>::listed([]).await;
-        let context = watched(&images, &pods, &api);
+        let (images, _pods, context) = watched_without_pods(&api).await;
         // The agent reports: the API server's copy moves on, the watch's not.
         let status = json!({"status": {"desired": 1, "active": 1}});
         Api::<NodeImage>::all(api.client())
