@@ -19,7 +19,7 @@ use kruise_api::{CloneSet, Stored};
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, readiness};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
@@ -41,11 +41,11 @@ pub async fn run(client: Client, watches: SharedWatches) {
     });
     // Stored<_>: one CloneSet our types cannot read must not fail the watch
     // of all the others (reconcile reports and skips it).
-    let controller = Controller::new(
+    let (controller, listed) = readiness::controller(
         Api::<Stored<CloneSet>>::all(client),
         watcher::Config::default(),
     );
-    readiness::global().track(CONTROLLER_NAME, controller.store());
+    readiness::global().track(CONTROLLER_NAME, listed);
     controller
         .owns_shared_stream(watches.pods().subscribe(CONTROLLER_NAME))
         .owns_shared_stream(watches.revisions().subscribe(CONTROLLER_NAME))

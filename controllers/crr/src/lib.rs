@@ -29,7 +29,7 @@ use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::outcome;
 use kruise_controller_runtime::{metrics, readiness};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
@@ -47,8 +47,8 @@ pub async fn run(client: Client) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     // Stored<_>: one request our types cannot read must not stop the watch.
     let requests = Api::<Stored<ContainerRecreateRequest>>::all(client);
-    let controller = Controller::new(requests, watcher::Config::default());
-    readiness::global().track(CONTROLLER_NAME, controller.store());
+    let (controller, listed) = readiness::controller(requests, watcher::Config::default());
+    readiness::global().track(CONTROLLER_NAME, listed);
     controller
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),

@@ -40,7 +40,7 @@ use kruise_core::imagepull::job::{
 };
 use kruise_core::imagepull::secrets::{self, MirrorWrite};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -104,8 +104,8 @@ pub async fn run(
     ));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let jobs = Api::<Stored<ImagePullJob>>::all(client);
-    let controller = Controller::new(jobs, watcher::Config::default());
-    readiness::global().track(CONTROLLER_NAME, controller.store());
+    let (controller, listed) = readiness::controller(jobs, watcher::Config::default());
+    readiness::global().track(CONTROLLER_NAME, listed);
     controller
         .watches_shared_stream(changed_images, |image| jobs_named_in(&image))
         .run(

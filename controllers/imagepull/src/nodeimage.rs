@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{ImagePullJob, NodeImage, Stored};
@@ -21,9 +21,10 @@ use kruise_controller_runtime::api_error::{
     is_already_exists, is_conflict, is_not_found, unless_raced,
 };
 use kruise_controller_runtime::backoff::Backoff;
+use kruise_controller_runtime::readiness::{self, Listed};
 use kruise_controller_runtime::shared::SharedWatch;
 use kruise_controller_runtime::status::replace_status;
-use kruise_controller_runtime::{metrics, outcome, readiness};
+use kruise_controller_runtime::{metrics, outcome};
 use kruise_core::imagepull::nodeimage::{
     Lifecycle, Referents, housekeep, job_owners, lifecycle, watchdog,
 };
@@ -58,19 +59,21 @@ struct Context {
 }
 
 /// What a round reads: the node controller's own watch, the manager's
-/// shared NodeImage watch and a metadata watch of the ImagePullJobs.
+/// shared NodeImage watch and a metadata watch of the ImagePullJobs, and
+/// whether each has listed.
 #[derive(Clone)]
 struct Stores {
     nodes: Store<Node>,
     images: Store<Stored<NodeImage>>,
     jobs: Store<JobMeta>,
+    listed: [Listed; 3],
 }
 
 impl Stores {
     /// Whether all three hold their first list: before that, an object
     /// missing from one may well exist.
     fn listed(&self) -> bool {
-        is_listed(&self.nodes) && is_listed(&self.images) && is_listed(&self.jobs)
+        self.listed.iter().all(Listed::get)
     }
 
     /// Whether the job watch holds the job `owner` names, with its UID.
@@ -84,42 +87,39 @@ impl Stores {
     }
 }
 
-/// Asked without waiting: kube-runtime's store wakes only one of several
-/// waiters (see `readiness`), and a round must not hang on it.
-fn is_listed<K>(store: &Store<K>) -> bool
-where
-    K: reflector::Lookup + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
-}
-
 /// Runs the controller until the task is dropped; `images` is the
 /// manager's shared NodeImage watch.
 pub async fn run(client: Client, options: Options, images: SharedWatch<Stored<NodeImage>>) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
-    let by_node = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default());
+    let (by_node, nodes_listed) =
+        readiness::controller(Api::<Node>::all(client.clone()), watcher::Config::default());
     let by_image = Controller::for_shared_stream(images.subscribe(CONTROLLER_NAME), images.store());
     let (jobs, jobs_writer) = reflector::store();
+    let jobs_listed = Listed::default();
     // Metadata only: a round needs a job's name and UID.
     let job_events = watcher(
         Api::<JobMeta>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff();
-    let job_watch = reflector::reflector(jobs_writer, job_events).for_each(|event| async move {
+    let job_watch = readiness::mark_listed(
+        reflector::reflector(jobs_writer, job_events),
+        jobs_listed.clone(),
+    )
+    .for_each(|event| async move {
         if let Err(error) = event {
             tracing::warn!(controller = CONTROLLER_NAME, %error, "ImagePullJob watch failed: retrying");
         }
     });
-    readiness::global().track(NODES_CACHE, by_node.store());
-    readiness::global().track(CONTROLLER_NAME, by_image.store());
-    readiness::global().track(JOBS_CACHE, jobs.clone());
+    readiness::global().track(NODES_CACHE, nodes_listed.clone());
+    readiness::global().track(CONTROLLER_NAME, images.listed());
+    readiness::global().track(JOBS_CACHE, jobs_listed.clone());
     let context = Arc::new(Context {
         stores: Stores {
             nodes: by_node.store(),
             images: by_image.store(),
             jobs,
+            listed: [nodes_listed, images.listed(), jobs_listed],
         },
         backoff: Backoff::default(),
         client,
@@ -376,6 +376,12 @@ mod tests {
         store
     }
 
+    fn listed() -> Listed {
+        let listed = Listed::default();
+        listed.set();
+        listed
+    }
+
     /// A context whose watches hold what the API server holds now.
     async fn context(api: &FakeApi, creation_delay: Duration) -> Arc<Context> {
         let client = api.client();
@@ -387,6 +393,7 @@ mod tests {
             nodes: store_of(nodes.items),
             images: store_of(images.list(&all).await.unwrap().items),
             jobs: store_of(jobs.list_metadata(&all).await.unwrap().items),
+            listed: [listed(), listed(), listed()],
         };
         Arc::new(Context {
             client,
@@ -661,15 +668,16 @@ mod tests {
             "nodes",
             ready_node("node-1", &json!({}), Timestamp::UNIX_EPOCH),
         );
-        let listed = context(&api, Duration::ZERO).await;
+        let filled = context(&api, Duration::ZERO).await;
         let (unlisted, _writer) = reflector::store();
         let context = Arc::new(Context {
             client: api.client(),
-            options: listed.options.clone(),
+            options: filled.options.clone(),
             backoff: Backoff::default(),
             stores: Stores {
                 images: unlisted,
-                ..listed.stores.clone()
+                listed: [listed(), Listed::default(), listed()],
+                ..filled.stores.clone()
             },
         });
         let before = api.seen().len();

@@ -54,7 +54,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let pods = watches.pods();
     let controller = Controller::for_shared_stream(pods.subscribe(CONTROLLER_NAME), pods.store());
-    readiness::global().track(CONTROLLER_NAME, controller.store());
+    readiness::global().track(CONTROLLER_NAME, pods.listed());
     controller
         .run(
             metrics::timed(CONTROLLER_NAME, reconcile::reconcile),

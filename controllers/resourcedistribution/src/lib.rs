@@ -41,7 +41,7 @@ use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::resourcedistribution::{ResourceKind, read_resource};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use kube::runtime::{WatchStreamExt, controller, watcher};
 use kube::{Api, Client, Resource};
 
 /// The `reportingController` of the events and the name in the logs.
@@ -73,9 +73,9 @@ pub async fn run(client: Client) {
         })
     });
     let context = Arc::new(Context::new(client.clone(), CONTROLLER_NAME));
-    let controller = Controller::new(distributions, watcher::Config::default());
+    let (controller, listed) = readiness::controller(distributions, watcher::Config::default());
     let store = controller.store();
-    readiness::global().track(CONTROLLER_NAME, store.clone());
+    readiness::global().track(CONTROLLER_NAME, listed);
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     controller
         .watches(

@@ -33,7 +33,7 @@
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt, stream};
@@ -49,6 +49,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::metrics;
+use crate::readiness::Listed;
 
 /// How many changed objects wait for a subscriber before the watch waits
 /// for it.
@@ -72,7 +73,7 @@ where
 /// controller about its own writes.
 #[derive(Debug, Default)]
 struct Progress {
-    listed: AtomicBool,
+    listed: Listed,
     newest: AtomicU64,
 }
 
@@ -143,7 +144,13 @@ where
     /// Whether the store holds a complete list: before that, an object
     /// missing from it may well exist.
     pub fn is_listed(&self) -> bool {
-        self.progress.listed.load(Ordering::Acquire)
+        self.progress.listed.get()
+    }
+
+    /// The flag [`SharedWatch::is_listed`] reads, for the readiness
+    /// tracker.
+    pub fn listed(&self) -> Listed {
+        self.progress.listed.clone()
     }
 
     /// Whether the store holds every change up to `resource_version` (the
@@ -313,7 +320,7 @@ fn record_progress<K: Resource>(progress: &Progress, event: &watcher::Event<K>, 
         watcher::Event::InitApply(object) => *listing = (*listing).max(version(object)),
         watcher::Event::InitDone => {
             progress.reached(*listing);
-            progress.listed.store(true, Ordering::Release);
+            progress.listed.set();
         }
     }
 }

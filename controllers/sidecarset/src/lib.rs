@@ -71,7 +71,7 @@ use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, readiness};
 use kruise_core::sidecarset::update::{REVISION_OWNER_LABEL, UpdateError};
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::controller::{Action, Error as ControllerError};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -153,11 +153,11 @@ pub async fn run(client: Client, watches: SharedWatches) {
     let context = Arc::new(Context::new(client.clone(), pods, revisions));
     // Stored<_>: one SidecarSet our types cannot read must not fail the
     // watch of all the others (reconcile reports and skips it).
-    let controller = Controller::new(
+    let (controller, listed) = readiness::controller(
         Api::<Stored<SidecarSet>>::all(client),
         watcher::Config::default(),
     );
-    readiness::global().track(CONTROLLER_NAME, controller.store());
+    readiness::global().track(CONTROLLER_NAME, listed);
     let pod_triggers = triggers::PodTriggers::new(controller.store());
     controller
         .watches_shared_stream(watches.pods().subscribe(CONTROLLER_NAME), move |pod| {
