@@ -29,7 +29,7 @@ use kruise_controller_runtime::api_error::{
 };
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
-use kruise_controller_runtime::expectations::WatchReads;
+use kruise_controller_runtime::expectations::{WatchReads, list_fresh};
 use kruise_controller_runtime::random::random_u64;
 use kruise_controller_runtime::shared::SharedWatch;
 use kruise_controller_runtime::status::replace_status;
@@ -214,7 +214,8 @@ async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Actio
 
 /// Targets, secrets, NodeImage writes and the status of a running job.
 async fn progress(context: &Context, job: &ImagePullJob, now: Timestamp) -> Result<Action, Error> {
-    let Some(node_images) = read_node_images(context, job).await? else {
+    let fresh = first_round(job);
+    let Some(node_images) = read_node_images(context, job, fresh).await? else {
         return Ok(Action::requeue(STORE_WAIT));
     };
     if let Some(selector) = &job.spec.pod_selector
@@ -222,7 +223,7 @@ async fn progress(context: &Context, job: &ImagePullJob, now: Timestamp) -> Resu
     {
         return refuse(context, job, &format!("invalid podSelector: {error}")).await;
     }
-    let pods = read_pods(context, job).await?;
+    let pods = read_pods(context, job, fresh).await?;
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let targets: Vec<NodeImage> = match select_targets(job, &node_images, &pods) {
         Ok(indexes) => indexes
@@ -276,21 +277,36 @@ async fn refuse(context: &Context, job: &ImagePullJob, message: &str) -> Result<
 
 /// Every NodeImage, from the watch once it shows the job's own writes
 /// (listed while it cannot be trusted); None while it lacks some.
+/// Whether the job has had no round yet (no start time). Its first round
+/// reads its targets from the API server, not the watches: a node
+/// labelled, or a pod made, a moment before the job may not be in them
+/// yet, and a job that starts with too few targets can finish without
+/// them (one with none completes at once). From then on the watches
+/// hold at least the job's own first tag writes, and every change before
+/// them.
+fn first_round(job: &ImagePullJob) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .is_none()
+}
+
 async fn read_node_images(
     context: &Context,
     job: &ImagePullJob,
+    fresh: bool,
 ) -> Result<Option<Vec<NodeImage>>, Error> {
     let api = Api::<Stored<NodeImage>>::all(context.client.clone());
-    let read = context
-        .node_images
-        .read_or_list(
-            &job_key(&job.metadata),
-            &api,
-            &ListParams::default(),
-            |_| true,
-        )
-        .await
-        .map_err(failed("list the NodeImages"))?;
+    let params = ListParams::default();
+    let read = if fresh {
+        list_fresh(&api, &params, |_| true).await.map(Some)
+    } else {
+        let reads = &context.node_images;
+        reads
+            .read_or_list(&job_key(&job.metadata), &api, &params, |_| true)
+            .await
+    }
+    .map_err(failed("list the NodeImages"))?;
     // One NodeImage our types cannot read costs that node, not the job.
     Ok(read.map(|images| {
         images
@@ -301,8 +317,12 @@ async fn read_node_images(
 }
 
 /// The pods of the job's `podSelector` in its namespace (none without
-/// one), from the pod watch once it has listed.
-async fn read_pods(context: &Context, job: &ImagePullJob) -> Result<Vec<Arc<Pod>>, Error> {
+/// one), from the pod watch once it has listed, unless `fresh`.
+async fn read_pods(
+    context: &Context,
+    job: &ImagePullJob,
+    fresh: bool,
+) -> Result<Vec<Arc<Pod>>, Error> {
     let Some(selector) = &job.spec.pod_selector else {
         return Ok(Vec::new());
     };
@@ -313,11 +333,15 @@ async fn read_pods(context: &Context, job: &ImagePullJob) -> Result<Vec<Arc<Pod>
         pod.metadata.namespace.as_deref() == Some(namespace.as_str())
             && kruise_core::selector::matches(selector, pod.labels()).unwrap_or(false)
     };
-    let read = context
-        .pods
-        .read_or_list(&job_key(&job.metadata), &api, &params, selected)
-        .await
-        .map_err(failed("list the pods of the podSelector"))?;
+    let read = if fresh {
+        list_fresh(&api, &params, selected).await.map(Some)
+    } else {
+        let reads = &context.pods;
+        reads
+            .read_or_list(&job_key(&job.metadata), &api, &params, selected)
+            .await
+    }
+    .map_err(failed("list the pods of the podSelector"))?;
     // Never None: nothing is awaited where nothing was written.
     Ok(read.unwrap_or_default())
 }
@@ -512,7 +536,7 @@ async fn ensure_namespace(context: &Context, name: &str) -> Result<(), Error> {
 /// watch lacks the job's last tag writes or a release met a conflict.
 async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Result<bool, Error> {
     let node_images = if deleted {
-        let Some(node_images) = read_node_images(context, job).await? else {
+        let Some(node_images) = read_node_images(context, job, false).await? else {
             return Ok(false);
         };
         node_images
@@ -832,12 +856,62 @@ mod tests {
             .collect()
     }
 
+    /// The job as after its first round: a start time in its status.
+    async fn mark_started(api: &FakeApi) {
+        let status = json!({"status": {"startTime": "2026-12-01T00:00:00Z", "desired": 0}});
+        Api::<ImagePullJob>::namespaced(api.client(), "default")
+            .patch_status("pull", &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .unwrap();
+    }
+
+    /// A job's first round reads its targets from the API server: a node
+    /// labelled a moment before the job, which the watch does not show
+    /// yet, is one of them (from the watch, the job would have had no
+    /// target and completed at once).
+    #[tokio::test]
+    async fn a_jobs_first_round_reads_its_targets_from_the_api_server() {
+        let api = FakeApi::default();
+        insert_node_image(&api, "node-a", json!({}), json!({"desired": 0}));
+        let (images, _pods, context) = watched_without_pods(&api).await;
+        let labelled = json!({"metadata": {"labels": {"pool": "web"}}});
+        Api::<NodeImage>::all(api.client())
+            .patch("node-a", &PatchParams::default(), &Patch::Merge(labelled))
+            .await
+            .unwrap();
+        insert_job(
+            &api,
+            json!({"image": "nginx:1.25", "selector": {"matchLabels": {"pool": "web"}},
+                   "completionPolicy": {}}),
+            json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}),
+        );
+        let before = api.seen().len();
+
+        let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
+        reconcile(Arc::new(stored), context).await.unwrap();
+
+        let requests = requests_after(&api, before);
+        assert!(
+            requests.contains(&format!("GET {NODE_IMAGES}")),
+            "{requests:?}"
+        );
+        assert_eq!(first_nginx_tag(&api, "node-a"), "1.25");
+        let status = &api.get(JOB).unwrap()["status"];
+        assert_eq!(
+            (&status["desired"], &status["completionTime"]),
+            (&json!(1), &Value::Null)
+        );
+        drop(images);
+    }
+
     /// NodeImages come from the watch once it shows the job's own tag
-    /// writes: no LIST per round, and a round on a watch without them
-    /// waits instead of planning from NodeImages that lack its tags.
+    /// writes: no LIST per round after the first, and a round on a watch
+    /// without them waits instead of planning from NodeImages that lack
+    /// its tags.
     #[tokio::test]
     async fn a_round_reads_node_images_from_the_watch_once_it_shows_its_tags() {
         let api = three_nodes_two_at_a_time(json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}));
+        mark_started(&api).await;
         let (images, _pods, context) = watched_without_pods(&api).await;
         let stored =
             || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
@@ -905,6 +979,7 @@ mod tests {
             }))
             .unwrap()
         };
+        mark_started(&api).await;
         let images = FedWatch::listed(listed_images(&api).await).await;
         let pods = FedWatch::listed([
             pod("web-1", "default", "node-b"),

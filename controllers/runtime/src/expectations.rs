@@ -149,6 +149,25 @@ enum StoreRead<K> {
     ReadFresh,
 }
 
+/// The objects `api` lists with `params` that `keep` keeps, read from the
+/// API server (a consistent read): for a round that must see what others
+/// wrote a moment before it, which no watch can promise to show yet.
+pub async fn list_fresh<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    keep: impl Fn(&K) -> bool,
+) -> Result<Vec<Arc<K>>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let listed = api.list(params).await?.items;
+    Ok(listed
+        .into_iter()
+        .filter(|o| keep(o))
+        .map(Arc::new)
+        .collect())
+}
+
 impl<K> WatchReads<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -184,16 +203,7 @@ where
                 Ok(Some(objects.into_iter().filter(|o| keep(o)).collect()))
             }
             StoreRead::Behind => Ok(None),
-            StoreRead::ReadFresh => {
-                let listed = api.list(params).await?.items;
-                Ok(Some(
-                    listed
-                        .into_iter()
-                        .filter(|o| keep(o))
-                        .map(Arc::new)
-                        .collect(),
-                ))
-            }
+            StoreRead::ReadFresh => list_fresh(api, params, keep).await.map(Some),
         }
     }
 
