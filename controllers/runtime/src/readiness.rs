@@ -60,9 +60,8 @@ where
     })
 }
 
-/// A Controller of every `K` the client can see, built as
-/// `Controller::new` builds it, and the flag its watch sets at the first
-/// list.
+/// A Controller of the `K`s `api` reaches, built as `Controller::new`
+/// builds it, and the flag its watch sets at the end of the first list.
 pub fn controller<K>(api: Api<K>, config: watcher::Config) -> (Controller<K>, Listed)
 where
     K: Resource<DynamicType = ()> + Lookup<DynamicType = ()>,
