@@ -275,8 +275,6 @@ async fn refuse(context: &Context, job: &ImagePullJob, message: &str) -> Result<
     Ok(Action::await_change())
 }
 
-/// Every NodeImage, from the watch once it shows the job's own writes
-/// (listed while it cannot be trusted); None while it lacks some.
 /// Whether the job has had no round yet (no start time). Its first round
 /// reads its targets from the API server, not the watches: a node
 /// labelled, or a pod made, a moment before the job may not be in them
@@ -291,6 +289,9 @@ fn first_round(job: &ImagePullJob) -> bool {
         .is_none()
 }
 
+/// Every NodeImage: listed when `fresh`, else from the watch once it
+/// shows the job's own writes (listed while it cannot be trusted); None
+/// while it lacks some.
 async fn read_node_images(
     context: &Context,
     job: &ImagePullJob,
