@@ -282,6 +282,16 @@ impl OwnerWrites<'_> {
     }
 }
 
+/// Whether an object at resourceVersion `current` holds a write that was
+/// answered with `written` (one object's versions only grow); a version
+/// that is not a number never does, so its reader reads fresh.
+pub fn holds_write(current: Option<&str>, written: &str) -> bool {
+    match (current.map(str::parse::<u64>), written.parse::<u64>()) {
+        (Some(Ok(current)), Ok(written)) => current >= written,
+        _ => false,
+    }
+}
+
 /// `version` is newer than `than`; versions that are not numbers are
 /// kept (the store never reports them seen, so the owner reads fresh).
 fn newer(version: &str, than: Option<&str>) -> bool {
@@ -399,6 +409,16 @@ mod tests {
         assert!(newer("opaque", Some("7")));
         assert!(!newer("8", Some("opaque")));
         assert!(newer("8", Some("7")) && !newer("7", Some("8")));
+    }
+
+    #[test]
+    fn an_object_holds_a_write_from_the_version_it_was_answered_with_on() {
+        assert!(holds_write(Some("12"), "12"));
+        assert!(holds_write(Some("13"), "12"));
+        assert!(!holds_write(Some("11"), "12"));
+        assert!(!holds_write(None, "12"));
+        assert!(!holds_write(Some("opaque"), "12"));
+        assert!(!holds_write(Some("12"), "opaque"));
     }
 
     /// Makes `owner`'s notes older than [`FRESH_READ_AFTER`].

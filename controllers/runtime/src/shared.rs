@@ -119,6 +119,15 @@ where
         Self::from_events(events)
     }
 
+    /// Starts watching every `K` in `namespace` (a tokio task).
+    pub fn namespaced(client: Client, namespace: &str) -> Self
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        let api = Api::<K>::namespaced(client, namespace);
+        Self::from_events(watcher(api, watcher::Config::default()).default_backoff())
+    }
+
     /// Starts fanning out `events` (a watcher's; the tests' own).
     pub fn from_events(
         events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,

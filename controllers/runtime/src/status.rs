@@ -14,9 +14,10 @@ use serde::de::DeserializeOwned;
 use crate::api_error::{is_conflict, is_not_found};
 
 /// What came of a status write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusWrite {
-    Written,
+    /// Written; the API server answered with this resourceVersion.
+    Written(Option<String>),
     /// The object changed since it was read: plan again from the new one.
     Stale,
     /// The object is gone.
@@ -39,7 +40,9 @@ where
         field_manager: Some(field_manager.to_owned()),
     };
     match api.replace_status(name, &params, object).await {
-        Ok(_) => Ok(StatusWrite::Written),
+        Ok(written) => Ok(StatusWrite::Written(
+            written.meta().resource_version.clone(),
+        )),
         Err(error) if is_conflict(&error) => Ok(StatusWrite::Stale),
         Err(error) if is_not_found(&error) => Ok(StatusWrite::Gone),
         Err(error) => Err(error),
@@ -102,10 +105,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_whole_status_is_put_on_the_version_read() {
-        let (client, seen) = mocked(200, serde_json::to_value(pod()).unwrap());
+        let mut answer = serde_json::to_value(pod()).unwrap();
+        answer["metadata"]["resourceVersion"] = json!("8");
+        let (client, seen) = mocked(200, answer);
         let api: Api<Pod> = Api::namespaced(client, "default");
         let written = replace_status(&api, &pod(), "kruise-test").await.unwrap();
-        assert_eq!(written, StatusWrite::Written);
+        assert_eq!(written, StatusWrite::Written(Some("8".to_owned())));
         let seen = seen.lock().unwrap();
         let (method, uri, body) = &seen[0];
         assert_eq!(method, "PUT");

@@ -9,7 +9,8 @@
 //! the patch names another uid or resourceVersion), strategic merge patch
 //! (the same, with the lists our controllers patch merged by their key:
 //! containers by name, conditions by type, ...), delete (409 when the
-//! preconditions name another uid). Every request is recorded.
+//! preconditions name another uid or resourceVersion). Every request is
+//! recorded.
 //!
 //! Beside it, [`FedWatch`]: a shared watch whose events the test sends.
 
@@ -424,9 +425,11 @@ impl State {
         let Some(object) = self.objects.get(key) else {
             return failure(404, "NotFound", key);
         };
-        let wanted = &options["preconditions"]["uid"];
-        if !wanted.is_null() && *wanted != object["metadata"]["uid"] {
-            return failure(409, "Conflict", "uid precondition failed");
+        for field in ["uid", "resourceVersion"] {
+            let wanted = &options["preconditions"][field];
+            if !wanted.is_null() && *wanted != object["metadata"][field] {
+                return failure(409, "Conflict", &format!("{field} precondition failed"));
+            }
         }
         let object = self.objects.remove(key).unwrap_or_default();
         (200, object)
@@ -726,13 +729,28 @@ mod tests {
             ..DeleteParams::default()
         };
         assert!(api.delete("a", &other).await.is_err());
-        api.delete("a", &DeleteParams::default()).await.unwrap();
+        let stale_version = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: patched.metadata.uid.clone(),
+                resource_version: made.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        assert!(api.delete("a", &stale_version).await.is_err());
+        let as_read = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: patched.metadata.uid.clone(),
+                resource_version: patched.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        api.delete("a", &as_read).await.unwrap();
         assert_eq!(fake.get("/api/v1/namespaces/default/configmaps/a"), None);
         let methods: Vec<String> = fake.writes().into_iter().map(|s| s.method).collect();
         assert_eq!(
             methods,
             [
-                "POST", "POST", "POST", "PATCH", "PATCH", "PUT", "DELETE", "DELETE"
+                "POST", "POST", "POST", "PATCH", "PATCH", "PUT", "DELETE", "DELETE", "DELETE"
             ]
         );
     }
