@@ -1,6 +1,6 @@
-//! The ImagePullJob controller: one round per job reads it fresh, its
-//! targets' NodeImages and the pods of its `podSelector` from the
-//! manager's shared watches, mirrors its pull secrets, writes its tag into
+//! The ImagePullJob controller: one round per job reads it, its targets'
+//! NodeImages and the pods of its `podSelector` from the manager's shared
+//! watches, mirrors its pull secrets, writes its tag into
 //! as many NodeImages as `parallelism` allows, frees the nodes of tags it
 //! no longer wants, and writes its status. Decisions are
 //! [`kruise_core::imagepull::job`]'s.
@@ -8,14 +8,18 @@
 //! The NodeImages are read from the watch only once it shows the job's own
 //! tag writes (the expectations the CloneSet's pods use): a watch behind
 //! them counts fewer nodes pulling than there are, which the status would
-//! report and the next tags could exceed `parallelism` by.
+//! report and the next tags could exceed `parallelism` by. The job itself
+//! and the mirrored pull secrets are read from their watches the same
+//! way: the job once its copy holds the round's last write to it, the
+//! mirrors once the watch shows every mirror write (mirrors are shared
+//! between jobs, so any job's write holds every job's round back).
 //!
 //! A running job is looked at again every [`RESYNC`] (a Never job every
 //! [`NEVER_RESYNC`], to find new nodes), so progress never waits on an
 //! event; NodeImage changes wake the jobs they name at once.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
@@ -29,10 +33,12 @@ use kruise_controller_runtime::api_error::{
 };
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
-use kruise_controller_runtime::expectations::{WatchReads, list_fresh};
+use kruise_controller_runtime::expectations::{
+    Expectations, Freshness, WatchReads, holds_write, list_fresh,
+};
 use kruise_controller_runtime::random::random_u64;
 use kruise_controller_runtime::shared::SharedWatch;
-use kruise_controller_runtime::status::replace_status;
+use kruise_controller_runtime::status::{StatusWrite, replace_status};
 use kruise_controller_runtime::{metrics, outcome, readiness};
 use kruise_core::imagepull::job::{
     self, Finished, completion_type, job_image, plan, release_tags, select_targets,
@@ -55,8 +61,13 @@ pub const RESYNC: Duration = Duration::from_secs(2);
 /// How often a Never job looks for new target nodes.
 pub const NEVER_RESYNC: Duration = Duration::from_secs(10);
 /// How soon a round whose NodeImage watch lacks the job's last tag writes
-/// looks again (their watch events usually start it sooner).
+/// looks again (their watch events usually start it sooner), or whose
+/// mirror watch lacks a mirror write.
 const STORE_WAIT: Duration = Duration::from_secs(1);
+/// The one owner every job's mirror writes are noted under: a mirror is
+/// shared by the jobs naming its source, so a round that read a watch
+/// behind another job's write could mirror the same source twice.
+const MIRRORS: &str = "pull secret mirrors";
 
 struct Context {
     client: Client,
@@ -67,6 +78,13 @@ struct Context {
     node_images: WatchReads<Stored<NodeImage>>,
     /// The pods of `podSelector`s (the job writes none: nothing awaited).
     pods: WatchReads<Pod>,
+    /// The Secrets of the agents' namespace, the mirrors among them; every
+    /// job's mirror writes are awaited under [`MIRRORS`].
+    mirrors: WatchReads<Secret>,
+    /// Per job, the version the API server answered the round's last
+    /// write to the job with (its status or finalizers): the job is read
+    /// from its watch once its copy there holds it.
+    job_writes: Expectations,
 }
 
 impl Context {
@@ -75,6 +93,7 @@ impl Context {
         options: Options,
         node_images: WatchReads<Stored<NodeImage>>,
         pods: WatchReads<Pod>,
+        mirrors: WatchReads<Secret>,
     ) -> Self {
         Self {
             events: Events::new(client.clone(), CONTROLLER_NAME),
@@ -83,17 +102,27 @@ impl Context {
             options,
             node_images,
             pods,
+            mirrors,
+            job_writes: Expectations::default(),
         }
+    }
+
+    /// Drops the notes kept for a job that is gone.
+    fn forget(&self, key: &str) {
+        self.node_images.forget(key);
+        self.job_writes.forget(key);
     }
 }
 
-/// Runs the controller until the task is dropped; `pods` and
-/// `node_images` are the manager's shared watches.
+/// Runs the controller until the task is dropped; `pods`, `node_images`
+/// and `mirrors` (the agents' namespace's Secrets) are the manager's
+/// shared watches.
 pub async fn run(
     client: Client,
     options: Options,
     pods: SharedWatch<Pod>,
     node_images: SharedWatch<Stored<NodeImage>>,
+    mirrors: SharedWatch<Secret>,
 ) {
     let changed_images = node_images.subscribe(CONTROLLER_NAME);
     let context = Arc::new(Context::new(
@@ -101,6 +130,7 @@ pub async fn run(
         options,
         WatchReads::from_watch(node_images),
         WatchReads::from_watch(pods),
+        WatchReads::from_watch(mirrors),
     ));
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let jobs = Api::<Stored<ImagePullJob>>::all(client);
@@ -163,13 +193,8 @@ async fn reconcile(
 }
 
 async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Action, Error> {
-    let namespace = cached.namespace().unwrap_or_default();
-    let jobs: Api<Stored<ImagePullJob>> = Api::namespaced(context.client.clone(), &namespace);
-    let Some(stored) = jobs
-        .get_opt(&cached.name_any())
-        .await
-        .map_err(failed("read the job"))?
-    else {
+    let Some(stored) = read_job(cached, context).await? else {
+        context.forget(&job_key(&cached.metadata));
         return Ok(Action::await_change());
     };
     let job = match stored.object {
@@ -189,13 +214,18 @@ async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Actio
     }
     let finished = job::finished(&job, now);
     // A finished job is finalized once: without its finalizer its mirrors
-    // are already gone, and there is nothing to list.
-    if finished != Finished::Running && job::holds_finalizer(&job) {
-        finalize(context, &job, false).await?;
+    // are already gone, and there is nothing to read. A mirror watch
+    // behind a mirror write holds it back a moment.
+    if finished != Finished::Running
+        && job::holds_finalizer(&job)
+        && !finalize(context, &job, false).await?
+    {
+        return Ok(Action::requeue(STORE_WAIT));
     }
     match finished {
         Finished::Delete => {
             delete(context, &job).await?;
+            context.forget(&job_key(&job.metadata));
             return Ok(Action::await_change());
         }
         Finished::Keep(after) => {
@@ -210,6 +240,31 @@ async fn round(cached: &Stored<ImagePullJob>, context: &Context) -> Result<Actio
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     progress(context, &job, now).await
+}
+
+/// The job as its watch has it, once that copy holds the round's last
+/// write to the job; else read from the API server (None: it is gone).
+/// A copy without that write would plan again what the write settled,
+/// and its writes would only meet conflicts.
+async fn read_job(
+    cached: &Stored<ImagePullJob>,
+    context: &Context,
+) -> Result<Option<Stored<ImagePullJob>>, Error> {
+    let version = cached.metadata.resource_version.as_deref();
+    let freshness = context.job_writes.freshness(
+        &job_key(&cached.metadata),
+        Instant::now(),
+        |written| holds_write(version, written),
+        |_| false,
+    );
+    if freshness == Freshness::Current {
+        return Ok(Some(cached.clone()));
+    }
+    let namespace = cached.namespace().unwrap_or_default();
+    let jobs: Api<Stored<ImagePullJob>> = Api::namespaced(context.client.clone(), &namespace);
+    jobs.get_opt(&cached.name_any())
+        .await
+        .map_err(failed("read the job"))
 }
 
 /// Targets, secrets, NodeImage writes and the status of a running job.
@@ -232,7 +287,9 @@ async fn progress(context: &Context, job: &ImagePullJob, now: Timestamp) -> Resu
             .collect(),
         Err(error) => return refuse(context, job, &format!("invalid selector: {error}")).await,
     };
-    let mirrors = sync_secrets(context, job).await?;
+    let Some(mirrors) = sync_secrets(context, job).await? else {
+        return Ok(Action::requeue(STORE_WAIT));
+    };
     let planned = match plan(job, &targets, &mirrors, now) {
         Ok(planned) => planned,
         Err(error) => return refuse(context, job, &error.to_string()).await,
@@ -435,21 +492,22 @@ async fn replace_node_image(
 }
 
 /// Mirrors the job's pull secrets into the agents' namespace and returns
-/// the mirrors' references.
+/// the mirrors' references; None while the mirror watch lacks a mirror
+/// write.
 async fn sync_secrets(
     context: &Context,
     job: &ImagePullJob,
-) -> Result<Vec<ReferenceObject>, Error> {
+) -> Result<Option<Vec<ReferenceObject>>, Error> {
     let key = job_key(&job.metadata);
     let config_namespace = &context.options.config_namespace;
-    let mirrors_api: Api<Secret> = Api::namespaced(context.client.clone(), config_namespace);
     if job.spec.pull_secrets.is_empty() {
         // Nothing to mirror; only let go of mirrors an edit left behind.
-        let mirrors = list_mirrors(&mirrors_api).await?;
-        apply(&mirrors_api, secrets::release(&key, &mirrors)).await?;
-        return Ok(Vec::new());
+        let Some(mirrors) = read_mirrors(context).await? else {
+            return Ok(None);
+        };
+        apply(context, secrets::release(&key, &mirrors)).await?;
+        return Ok(Some(Vec::new()));
     }
-    ensure_namespace(context, config_namespace).await?;
     let namespace = job.metadata.namespace.clone().unwrap_or_default();
     let sources_api: Api<Secret> = Api::namespaced(context.client.clone(), &namespace);
     let mut sources = Vec::new();
@@ -465,43 +523,77 @@ async fn sync_secrets(
             }
         }
     }
-    let mirrors = list_mirrors(&mirrors_api).await?;
+    let Some(mirrors) = read_mirrors(context).await? else {
+        return Ok(None);
+    };
     let mut suffix = || format!("{:06x}", random_u64() & 0xff_ffff);
     let (writes, refs) =
         secrets::plan_mirrors(&key, &sources, &mirrors, config_namespace, &mut suffix);
-    apply(&mirrors_api, writes).await?;
-    Ok(refs)
+    if writes.iter().any(|w| matches!(w, MirrorWrite::Create(_))) {
+        ensure_namespace(context, config_namespace).await?;
+    }
+    apply(context, writes).await?;
+    Ok(Some(refs))
 }
 
-async fn list_mirrors(api: &Api<Secret>) -> Result<Vec<Secret>, Error> {
+/// The mirrored pull secrets in the agents' namespace, from the watch once
+/// it shows every mirror write (listed while it cannot be trusted); None
+/// while it lacks one.
+async fn read_mirrors(context: &Context) -> Result<Option<Vec<Secret>>, Error> {
+    let is_mirror = |secret: &Secret| {
+        secret
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(secrets::SOURCE_KEY_ANNOTATION))
+    };
     // Listing a namespace that does not exist yet gives an empty list.
-    let listed = api
-        .list(&ListParams::default())
+    let read = context
+        .mirrors
+        .read_or_list(
+            MIRRORS,
+            &mirrors_api(context),
+            &ListParams::default(),
+            is_mirror,
+        )
         .await
         .map_err(failed("list the mirrored pull secrets"))?;
-    Ok(listed
-        .items
-        .into_iter()
-        .filter(|s| {
-            s.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(secrets::SOURCE_KEY_ANNOTATION))
-        })
-        .collect())
+    Ok(read.map(|mirrors| mirrors.iter().map(|m| m.as_ref().clone()).collect()))
 }
 
-async fn apply(api: &Api<Secret>, writes: Vec<MirrorWrite>) -> Result<(), Error> {
+fn mirrors_api(context: &Context) -> Api<Secret> {
+    Api::namespaced(context.client.clone(), &context.options.config_namespace)
+}
+
+/// Sends the mirror writes, noting each for the reads of the mirror watch.
+async fn apply(context: &Context, writes: Vec<MirrorWrite>) -> Result<(), Error> {
+    let api = mirrors_api(context);
+    let noted = context.mirrors.writes_of(MIRRORS);
     for write in writes {
         let result = match &write {
-            MirrorWrite::Create(secret) => {
-                api.create(&PostParams::default(), secret).await.map(drop)
-            }
+            MirrorWrite::Create(secret) => api
+                .create(&PostParams::default(), secret)
+                .await
+                .map(|created| noted.wrote(&created)),
             MirrorWrite::Replace(secret) => api
                 .replace(&secret.name_any(), &PostParams::default(), secret)
                 .await
-                .map(drop),
-            MirrorWrite::Delete(name) => api.delete(name, &DeleteParams::default()).await.map(drop),
+                .map(|replaced| noted.wrote(&replaced)),
+            MirrorWrite::Delete(mirror) => {
+                // On the version read: a job that took the mirror up since
+                // makes this a conflict, and the next round plans again.
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: mirror.metadata.uid.clone(),
+                        resource_version: mirror.metadata.resource_version.clone(),
+                    }),
+                    ..DeleteParams::default()
+                };
+                let uid = mirror.metadata.uid.as_deref();
+                api.delete(&mirror.name_any(), &params)
+                    .await
+                    .map(|answer| noted.deleted(uid, answer.left().as_ref()))
+            }
         };
         match result {
             Ok(()) => {}
@@ -545,10 +637,10 @@ async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Resul
         Vec::new()
     };
     let key = job_key(&job.metadata);
-    let mirrors_api: Api<Secret> =
-        Api::namespaced(context.client.clone(), &context.options.config_namespace);
-    let mirrors = list_mirrors(&mirrors_api).await?;
-    apply(&mirrors_api, secrets::release(&key, &mirrors)).await?;
+    let Some(mirrors) = read_mirrors(context).await? else {
+        return Ok(false);
+    };
+    apply(context, secrets::release(&key, &mirrors)).await?;
     // A NodeImage the watch has an older copy of answers a conflict: the
     // finalizer stays until every tag is released.
     if !release_from(context, job, &node_images, None).await? {
@@ -561,7 +653,7 @@ async fn finalize(context: &Context, job: &ImagePullJob, deleted: bool) -> Resul
     }
     if deleted {
         // The job is going: no round of it reads its notes again.
-        context.node_images.forget(&job_key(&job.metadata));
+        context.forget(&key);
     }
     Ok(true)
 }
@@ -584,6 +676,10 @@ async fn write_finalizers(
             &Patch::Merge(patch),
         )
         .await;
+    if let Ok(written) = &written {
+        let version = written.metadata.resource_version.as_deref();
+        context.job_writes.wrote(&job_key(&job.metadata), version);
+    }
     unless_raced(written, "write the job's finalizers")
 }
 
@@ -593,6 +689,10 @@ async fn write_status(context: &Context, job: &ImagePullJob) -> Result<(), Error
     let api: Api<ImagePullJob> =
         Api::namespaced(context.client.clone(), &job.namespace().unwrap_or_default());
     let written = replace_status(&api, job, CONTROLLER_NAME).await;
+    if let Ok(StatusWrite::Written(version)) = &written {
+        let key = job_key(&job.metadata);
+        context.job_writes.wrote(&key, version.as_deref());
+    }
     unless_raced(written, "write the job's status")
 }
 
@@ -626,11 +726,13 @@ mod tests {
     const JOB: &str = "/apis/apps.kruise.io/v1alpha1/namespaces/default/imagepulljobs/pull";
     const NODE_IMAGES: &str = "/apis/apps.kruise.io/v1alpha1/nodeimages";
 
-    /// A context that lists NodeImages and pods from the API server.
+    /// A context that lists NodeImages, pods and mirrors from the API
+    /// server.
     fn context(api: &FakeApi) -> Arc<Context> {
         Arc::new(Context::new(
             api.client(),
             Options::default(),
+            WatchReads::api_only(),
             WatchReads::api_only(),
             WatchReads::api_only(),
         ))
@@ -814,18 +916,15 @@ mod tests {
         assert_eq!(api.get(JOB).unwrap()["metadata"]["finalizers"], json!([]));
     }
 
-    /// A context that reads NodeImages and pods from these watches.
-    fn watched(
+    /// A context that reads NodeImages and pods from these watches, and
+    /// mirrors from a watch that has listed none.
+    async fn watched(
         images: &FedWatch<Stored<NodeImage>>,
         pods: &FedWatch<Pod>,
         api: &FakeApi,
     ) -> Arc<Context> {
-        Arc::new(Context::new(
-            api.client(),
-            Options::default(),
-            WatchReads::from_watch(images.watch.clone()),
-            WatchReads::from_watch(pods.watch.clone()),
-        ))
+        let no_mirrors = FedWatch::<Secret>::listed([]).await;
+        watched_with_mirrors(images, pods, &no_mirrors, api)
     }
 
     /// A NodeImage watch listed with the API's NodeImages, an empty pod
@@ -835,7 +934,7 @@ mod tests {
     ) -> (FedWatch<Stored<NodeImage>>, FedWatch<Pod>, Arc<Context>) {
         let images = FedWatch::listed(listed_images(api).await).await;
         let pods = FedWatch::<Pod>::listed([]).await;
-        let context = watched(&images, &pods, api);
+        let context = watched(&images, &pods, api).await;
         (images, pods, context)
     }
 
@@ -939,8 +1038,8 @@ mod tests {
         );
         assert_eq!(
             requests_after(&api, before),
-            [format!("GET {JOB}")],
-            "only the job read"
+            Vec::<String>::new(),
+            "nothing read: the job and the NodeImages from their watches"
         );
 
         images.apply(listed_images(&api).await).await;
@@ -956,6 +1055,183 @@ mod tests {
         );
         assert_eq!(api.get(JOB).unwrap()["status"]["active"], 2);
         assert_eq!(node_image(&api, "node-c")["spec"], json!({}));
+    }
+
+    /// The job comes from its watch once the watch's copy holds the
+    /// round's last write to it: a copy from before the status write is
+    /// read again from the API server, a later one is not.
+    #[tokio::test]
+    async fn a_round_reads_the_job_from_its_watch_once_it_holds_the_last_write() {
+        let api = three_nodes_two_at_a_time(json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}));
+        mark_started(&api).await;
+        let (images, _pods, context) = watched_without_pods(&api).await;
+        let stored =
+            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+        let before_the_status = stored();
+
+        let before = api.seen().len();
+        reconcile(before_the_status.clone(), context.clone())
+            .await
+            .unwrap();
+        let requests = requests_after(&api, before);
+        assert!(
+            requests.contains(&format!("PUT {JOB}/status")),
+            "{requests:?}"
+        );
+        assert!(!requests.contains(&format!("GET {JOB}")), "{requests:?}");
+        images.apply(listed_images(&api).await).await;
+
+        let before = api.seen().len();
+        reconcile(before_the_status, context.clone()).await.unwrap();
+        let requests = requests_after(&api, before);
+        assert_eq!(requests[0], format!("GET {JOB}"), "{requests:?}");
+
+        let before = api.seen().len();
+        reconcile(stored(), context).await.unwrap();
+        assert_eq!(requests_after(&api, before), Vec::<String>::new());
+    }
+
+    /// A context whose NodeImages, pods and mirrors come from these
+    /// watches.
+    fn watched_with_mirrors(
+        images: &FedWatch<Stored<NodeImage>>,
+        pods: &FedWatch<Pod>,
+        mirrors: &FedWatch<Secret>,
+        api: &FakeApi,
+    ) -> Arc<Context> {
+        Arc::new(Context::new(
+            api.client(),
+            Options::default(),
+            WatchReads::from_watch(images.watch.clone()),
+            WatchReads::from_watch(pods.watch.clone()),
+            WatchReads::from_watch(mirrors.watch.clone()),
+        ))
+    }
+
+    /// The requests to Secrets since the first `since`.
+    fn secret_requests(api: &FakeApi, since: usize) -> Vec<String> {
+        requests_after(api, since)
+            .into_iter()
+            .filter(|r| r.contains("/secrets"))
+            .collect()
+    }
+
+    async fn listed_mirrors(api: &FakeApi) -> Vec<Secret> {
+        Api::<Secret>::namespaced(api.client(), &Options::default().config_namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The mirrored pull secrets come from their watch: no LIST, and a
+    /// round on a watch that lacks the mirror just made waits rather than
+    /// mirroring the source again; once the watch has it, the round goes
+    /// on without a write.
+    #[tokio::test]
+    async fn mirrors_come_from_their_watch_once_it_shows_every_mirror_write() {
+        let api = three_nodes_two_at_a_time(json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}));
+        let with_secret = json!({"spec": {"pullSecrets": ["creds"]}});
+        Api::<ImagePullJob>::namespaced(api.client(), "default")
+            .patch("pull", &PatchParams::default(), &Patch::Merge(with_secret))
+            .await
+            .unwrap();
+        api.insert(
+            "secrets",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "creds", "namespace": "default"},
+                   "data": {".dockerconfigjson": "e30="}}),
+        );
+        mark_started(&api).await;
+        let images = FedWatch::listed(listed_images(&api).await).await;
+        let pods = FedWatch::<Pod>::listed([]).await;
+        let mirrors = FedWatch::<Secret>::listed([]).await;
+        let context = watched_with_mirrors(&images, &pods, &mirrors, &api);
+        let stored =
+            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+        let mirror_list = "GET /api/v1/namespaces/kruise-daemon-config/secrets".to_owned();
+
+        let before = api.seen().len();
+        reconcile(stored(), context.clone()).await.unwrap();
+        let requests = secret_requests(&api, before);
+        assert!(!requests.contains(&mirror_list), "{requests:?}");
+        assert_eq!(listed_mirrors(&api).await.len(), 1, "{requests:?}");
+
+        images.apply(listed_images(&api).await).await;
+        let before = api.seen().len();
+        assert_eq!(
+            reconcile(stored(), context.clone()).await.unwrap(),
+            Action::requeue(STORE_WAIT)
+        );
+        assert_eq!(
+            secret_requests(&api, before),
+            ["GET /api/v1/namespaces/default/secrets/creds"],
+            "the source read, no mirror listed or written"
+        );
+        assert_eq!(listed_mirrors(&api).await.len(), 1, "not mirrored twice");
+
+        mirrors.apply(listed_mirrors(&api).await).await;
+        let before = api.seen().len();
+        assert_eq!(
+            reconcile(stored(), context).await.unwrap(),
+            Action::requeue(RESYNC)
+        );
+        assert_eq!(
+            secret_requests(&api, before),
+            ["GET /api/v1/namespaces/default/secrets/creds"],
+            "the source read, no mirror listed or written"
+        );
+    }
+
+    /// The last job releasing a mirror deletes it on the version it read:
+    /// a job that took the mirror up since makes the delete a conflict,
+    /// and the mirror stays.
+    #[tokio::test]
+    async fn a_mirror_is_deleted_only_as_it_was_read() {
+        let api = FakeApi::default();
+        let mirrors_api = mirrors_api(&context(&api));
+        let mirror: Secret = serde_json::from_value(api.insert(
+            "secrets",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "creds-x", "namespace": "kruise-daemon-config",
+                                "annotations": {secrets::SOURCE_KEY_ANNOTATION: "default/creds",
+                                                secrets::REFERENCES_ANNOTATION: "default/pull"}}}),
+        ))
+        .unwrap();
+        let context = context(&api);
+        let taken_up = json!({"metadata": {"annotations": {
+            secrets::REFERENCES_ANNOTATION: "default/other,default/pull"}}});
+        mirrors_api
+            .patch("creds-x", &PatchParams::default(), &Patch::Merge(taken_up))
+            .await
+            .unwrap();
+
+        let writes = secrets::release("default/pull", std::slice::from_ref(&mirror));
+        apply(&context, writes).await.unwrap();
+        assert!(
+            api.get("/api/v1/namespaces/kruise-daemon-config/secrets/creds-x")
+                .is_some()
+        );
+
+        let mut released = mirrors_api.get("creds-x").await.unwrap();
+        if let Some(annotations) = released.metadata.annotations.as_mut() {
+            annotations.insert(
+                secrets::REFERENCES_ANNOTATION.to_owned(),
+                "default/pull".to_owned(),
+            );
+        }
+        mirrors_api
+            .replace("creds-x", &PostParams::default(), &released)
+            .await
+            .unwrap();
+        let read = mirrors_api.get("creds-x").await.unwrap();
+        apply(&context, secrets::release("default/pull", &[read]))
+            .await
+            .unwrap();
+        assert_eq!(
+            api.get("/api/v1/namespaces/kruise-daemon-config/secrets/creds-x"),
+            None
+        );
     }
 
     /// The pods of a podSelector come from the pod watch: their nodes are
@@ -990,7 +1266,7 @@ mod tests {
         let before = api.seen().len();
 
         let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
-        reconcile(Arc::new(stored), watched(&images, &pods, &api))
+        reconcile(Arc::new(stored), watched(&images, &pods, &api).await)
             .await
             .unwrap();
 

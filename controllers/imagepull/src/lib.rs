@@ -10,14 +10,16 @@
 //!   its TTL.
 //!
 //! The node agent does the pulls and reports in the NodeImage's status.
-//! Both read NodeImages from one shared watch: the ImagePullJob
-//! controller once it shows the job's own tag writes, the NodeImage
-//! controller confirming fresh what a lagging watch would make it delete.
+//! Both read NodeImages and the mirrored pull secrets from shared watches:
+//! the ImagePullJob controller once they show its own writes, the
+//! NodeImage controller confirming fresh what a lagging watch would make
+//! it delete.
 //! Every decision is `kruise_core::imagepull`'s.
 
 pub mod job;
 pub mod nodeimage;
 
+use k8s_openapi::api::core::v1::Secret;
 use kruise_api::{NodeImage, Stored};
 use kruise_controller_runtime::shared::SharedWatch;
 use kube::Client;
@@ -26,6 +28,18 @@ use kube::Client;
 /// inside the tokio runtime).
 pub fn node_image_watch(client: Client) -> SharedWatch<Stored<NodeImage>> {
     SharedWatch::all(client)
+}
+
+/// The readiness name of the watch of the agents' namespace's Secrets.
+pub const MIRRORS_CACHE: &str = "kruise-imagepull/mirrored-pull-secrets";
+
+/// The watch of the Secrets of the agents' namespace, where the pull
+/// secrets are mirrored, both controllers share (started at once, and
+/// tracked for readiness as [`MIRRORS_CACHE`]).
+pub fn mirror_watch(client: Client, options: &Options) -> SharedWatch<Secret> {
+    let watch = SharedWatch::namespaced(client, &options.config_namespace);
+    kruise_controller_runtime::readiness::global().track(MIRRORS_CACHE, watch.listed());
+    watch
 }
 
 use std::time::Duration;

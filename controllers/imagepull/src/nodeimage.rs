@@ -7,7 +7,8 @@
 //! prove: that a node is gone before its NodeImage is deleted, and that a
 //! job the job watch lacks is gone before its tags are dropped (a watch
 //! can lag behind a job made a moment ago, whose tags the ImagePullJob
-//! controller is already writing). Pull secrets are still read fresh.
+//! controller is already writing), and likewise that a pull secret the
+//! mirror watch lacks is gone.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -66,6 +67,9 @@ struct Stores {
     nodes: Store<Node>,
     images: Store<Stored<NodeImage>>,
     jobs: Store<JobMeta>,
+    /// The Secrets of the agents' namespace, where the pull secrets a
+    /// NodeImage names are mirrored.
+    mirrors: SharedWatch<Secret>,
     listed: [Listed; 3],
 }
 
@@ -85,11 +89,26 @@ impl Stores {
             .get(&ObjectRef::new(name).within(namespace))
             .is_some_and(|job| job.metadata.uid == owner.uid)
     }
+
+    /// Whether the mirror watch holds the Secret `namespace/name`.
+    fn has_mirror(&self, namespace: &str, name: &str) -> bool {
+        self.mirrors.is_listed()
+            && self
+                .mirrors
+                .store()
+                .get(&ObjectRef::new(name).within(namespace))
+                .is_some()
+    }
 }
 
-/// Runs the controller until the task is dropped; `images` is the
-/// manager's shared NodeImage watch.
-pub async fn run(client: Client, options: Options, images: SharedWatch<Stored<NodeImage>>) {
+/// Runs the controller until the task is dropped; `images` and `mirrors`
+/// (the agents' namespace's Secrets) are the manager's shared watches.
+pub async fn run(
+    client: Client,
+    options: Options,
+    images: SharedWatch<Stored<NodeImage>>,
+    mirrors: SharedWatch<Secret>,
+) {
     tracing::info!(controller = CONTROLLER_NAME, "starting");
     let (by_node, nodes_listed) =
         readiness::controller(Api::<Node>::all(client.clone()), watcher::Config::default());
@@ -119,6 +138,7 @@ pub async fn run(client: Client, options: Options, images: SharedWatch<Stored<No
             nodes: by_node.store(),
             images: by_image.store(),
             jobs,
+            mirrors,
             listed: [nodes_listed, images.listed(), jobs_listed],
         },
         backoff: Backoff::default(),
@@ -311,17 +331,24 @@ async fn referents(context: &Context, image: &NodeImage) -> Result<Referents, Er
         .filter_map(|s| Some((s.namespace.clone()?, s.name.clone()?)))
         .collect();
     for (namespace, name) in wanted {
-        let api: Api<Secret> = Api::namespaced(context.client.clone(), &namespace);
-        if api
-            .get_metadata_opt(&name)
-            .await
-            .map_err(failed("read a pull secret"))?
-            .is_some()
+        if context.stores.has_mirror(&namespace, &name)
+            || secret_exists(context, &namespace, &name).await?
         {
             secrets.insert((namespace, name));
         }
     }
     Ok(Referents { job_uids, secrets })
+}
+
+/// A fresh read of a pull secret the mirror watch lacks: one mirrored a
+/// moment ago, or one outside the agents' namespace.
+async fn secret_exists(context: &Context, namespace: &str, name: &str) -> Result<bool, Error> {
+    let api: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
+    let found = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(failed("read a pull secret"))?;
+    Ok(found.is_some())
 }
 
 /// A fresh read of the job `owner` names: whether it exists with that UID.
@@ -344,7 +371,8 @@ async fn job_exists(context: &Context, owner: &ObjectReference) -> Result<bool, 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use kruise_controller_runtime::testing::FakeApi;
+    use kruise_controller_runtime::testing::{FakeApi, FedWatch};
+    use kruise_core::imagepull::secrets::DEFAULT_CONFIG_NAMESPACE;
     use kube::api::ListParams;
     use serde_json::{Value, json};
 
@@ -389,10 +417,14 @@ mod tests {
         let nodes = Api::<Node>::all(client.clone()).list(&all).await.unwrap();
         let images = Api::<Stored<NodeImage>>::all(client.clone());
         let jobs = Api::<Stored<ImagePullJob>>::all(client.clone());
+        let secrets = Api::<Secret>::namespaced(client.clone(), DEFAULT_CONFIG_NAMESPACE);
         let stores = Stores {
             nodes: store_of(nodes.items),
             images: store_of(images.list(&all).await.unwrap().items),
             jobs: store_of(jobs.list_metadata(&all).await.unwrap().items),
+            mirrors: FedWatch::listed(secrets.list(&all).await.unwrap().items)
+                .await
+                .watch,
             listed: [listed(), listed(), listed()],
         };
         Arc::new(Context {
@@ -631,6 +663,57 @@ mod tests {
         assert_eq!(api.writes(), [], "the tag is kept");
         let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
         assert_eq!(image["spec"]["images"]["nginx"]["tags"][0]["tag"], "1.25");
+    }
+
+    /// The pull secrets a NodeImage names: one the mirror watch holds is
+    /// kept without a read; one it lacks (mirrored a moment ago) is read
+    /// fresh, found and kept; one gone from both is dropped.
+    #[tokio::test]
+    async fn pull_secrets_come_from_the_mirror_watch_and_are_confirmed_before_they_go() {
+        let api = FakeApi::default();
+        api.insert(
+            "nodes",
+            ready_node("node-1", &json!({}), Timestamp::UNIX_EPOCH),
+        );
+        api.insert("imagepulljobs", job("live-job"));
+        let secret = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": name, "namespace": DEFAULT_CONFIG_NAMESPACE}})
+        };
+        let named = |name: &str| json!({"namespace": DEFAULT_CONFIG_NAMESPACE, "name": name});
+        api.insert("secrets", secret("watched"));
+        api.insert(
+            "nodeimages",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+                   "metadata": {"name": "node-1"},
+                   "spec": {"images": {"nginx": {
+                       "tags": [job_tag("1.25", "live-job")],
+                       "pullSecrets": [named("watched"), named("new"), named("gone")]}}},
+                   "status": {"desired": 1}}),
+        );
+        let context = context(&api, Duration::ZERO).await;
+        api.insert("secrets", secret("new"));
+        let before = api.seen().len();
+
+        sync("node-1", Trigger::NodeImage, context).await.unwrap();
+
+        let secrets = format!("/api/v1/namespaces/{DEFAULT_CONFIG_NAMESPACE}/secrets");
+        let reads: Vec<_> = requests_after(&api, before)
+            .into_iter()
+            .filter(|(method, _)| method == "GET")
+            .collect();
+        assert_eq!(
+            reads,
+            [
+                ("GET".to_owned(), format!("{secrets}/gone")),
+                ("GET".to_owned(), format!("{secrets}/new")),
+            ]
+        );
+        let image = api.get(&format!("{NODE_IMAGES}/node-1")).unwrap();
+        assert_eq!(
+            image["spec"]["images"]["nginx"]["pullSecrets"],
+            json!([named("watched"), named("new")])
+        );
     }
 
     /// A node the node watch has not seen yet: read fresh before its

@@ -33,6 +33,7 @@ impl Controllers {
             nodeimage::CONTROLLER_NAME,
             nodeimage::NODES_CACHE,
             nodeimage::JOBS_CACHE,
+            kruise_imagepull_controller::MIRRORS_CACHE,
             LAUNCH_PRIORITY,
             RESOURCE_DISTRIBUTION,
             SIDECARSET,
@@ -42,10 +43,12 @@ impl Controllers {
         }
         let c = || client.clone();
         // One pod watch and one ControllerRevision watch for all of them,
-        // and one NodeImage watch for the two image-pull controllers.
+        // and one NodeImage watch and one watch of the mirrored pull
+        // secrets for the two image-pull controllers.
         let watches = SharedWatches::new(client.clone());
         let w = || watches.clone();
         let node_images = kruise_imagepull_controller::node_image_watch(client.clone());
+        let mirrors = kruise_imagepull_controller::mirror_watch(client.clone(), &image_pull);
         let controllers: [(&'static str, BoxFuture<'static, ()>); 7] = [
             (CLONESET, kruise_cloneset_controller::run(c(), w()).boxed()),
             (CRR, kruise_crr_controller::run(c()).boxed()),
@@ -56,12 +59,13 @@ impl Controllers {
                     image_pull.clone(),
                     watches.pods().clone(),
                     node_images.clone(),
+                    mirrors.clone(),
                 )
                 .boxed(),
             ),
             (
                 nodeimage::CONTROLLER_NAME,
-                nodeimage::run(c(), image_pull, node_images).boxed(),
+                nodeimage::run(c(), image_pull, node_images, mirrors).boxed(),
             ),
             (
                 LAUNCH_PRIORITY,

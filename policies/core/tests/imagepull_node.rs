@@ -633,7 +633,7 @@ fn mirrors_follow_the_source_data_and_are_released() {
     // The last user released: the mirror is deleted.
     assert_eq!(
         release("default/b", std::slice::from_ref(left)),
-        [MirrorWrite::Delete("creds-x".to_owned())]
+        [MirrorWrite::Delete(left.clone())]
     );
     assert!(release("default/zzz", std::slice::from_ref(&mirror)).is_empty());
 }

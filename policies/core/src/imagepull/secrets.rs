@@ -30,8 +30,9 @@ pub enum MirrorWrite {
     Create(Secret),
     /// Replace this secret (it carries the resourceVersion it was read at).
     Replace(Secret),
-    /// Delete the mirror of this name: no job uses it any more.
-    Delete(String),
+    /// Delete this mirror, as read (its UID and resourceVersion): no job
+    /// uses it any more, unless one was added since it was read.
+    Delete(Secret),
 }
 
 /// The mirrors a job needs: for each source secret (read from the job's
@@ -115,7 +116,7 @@ fn release_from<'a>(job_key: &str, mirrors: impl Iterator<Item = &'a Secret>) ->
                 return None;
             }
             if users.is_empty() {
-                return mirror.metadata.name.clone().map(MirrorWrite::Delete);
+                return Some(MirrorWrite::Delete(mirror.clone()));
             }
             let mut updated = mirror.clone();
             set_references(&mut updated, users);
