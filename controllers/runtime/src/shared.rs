@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -364,6 +364,7 @@ pub struct SharedWatches {
     pods: Arc<std::sync::OnceLock<SharedWatch<Pod>>>,
     revisions: Arc<std::sync::OnceLock<SharedWatch<ControllerRevision>>>,
     claims: Arc<std::sync::OnceLock<SharedWatch<PersistentVolumeClaim>>>,
+    namespaces: Arc<std::sync::OnceLock<SharedWatch<Namespace>>>,
 }
 
 impl Debug for SharedWatches {
@@ -372,6 +373,7 @@ impl Debug for SharedWatches {
             .field("pods", &self.pods.get())
             .field("revisions", &self.revisions.get())
             .field("claims", &self.claims.get())
+            .field("namespaces", &self.namespaces.get())
             .finish_non_exhaustive()
     }
 }
@@ -383,6 +385,7 @@ impl SharedWatches {
             pods: Arc::default(),
             revisions: Arc::default(),
             claims: Arc::default(),
+            namespaces: Arc::default(),
         }
     }
 
@@ -401,6 +404,12 @@ impl SharedWatches {
     /// Every PersistentVolumeClaim in the cluster.
     pub fn claims(&self) -> &SharedWatch<PersistentVolumeClaim> {
         self.claims
+            .get_or_init(|| SharedWatch::all(self.client.clone()))
+    }
+
+    /// Every Namespace in the cluster.
+    pub fn namespaces(&self) -> &SharedWatch<Namespace> {
+        self.namespaces
             .get_or_init(|| SharedWatch::all(self.client.clone()))
     }
 }

@@ -110,6 +110,9 @@ pub(crate) struct Context {
     pub pods: WatchReads<Pod>,
     /// The same for the SidecarSets' ControllerRevisions.
     pub revisions: WatchReads<ControllerRevision>,
+    /// The namespaces whose labels a `namespaceSelector` matches (this
+    /// controller writes none, so the watch is always read once listed).
+    pub namespaces: WatchReads<Namespace>,
     /// The planner's own expectations (pods it upgraded, whose new
     /// revision it waits to see).
     pub expectations: expectations::Expectations,
@@ -123,12 +126,14 @@ impl Context {
         client: Client,
         pods: WatchReads<Pod>,
         revisions: WatchReads<ControllerRevision>,
+        namespaces: WatchReads<Namespace>,
     ) -> Self {
         Self {
             events: Events::new(client.clone(), CONTROLLER_NAME),
             client,
             pods,
             revisions,
+            namespaces,
             expectations: expectations::Expectations::default(),
             defaulted: defaults::Defaulted::default(),
             // A SidecarSet retries at least once a minute.
@@ -143,14 +148,15 @@ impl Context {
 /// changes, on pod events that concern it (through the core's
 /// `sidecar_sets_of_pod` / `pod_update_enqueue`) and on changes of its
 /// ControllerRevisions in [`REVISION_NAMESPACE`] (created if missing);
-/// pods and revisions come from the manager's shared watches.
+/// pods, revisions and namespaces come from the manager's shared watches.
 pub async fn run(client: Client, watches: SharedWatches) {
     if let Err(error) = ensure_revision_namespace(&client).await {
         tracing::warn!(%error, "cannot ensure namespace {REVISION_NAMESPACE}; retrying when a revision is written");
     }
     let pods = WatchReads::from_watch(watches.pods().clone());
     let revisions = WatchReads::from_watch(watches.revisions().clone());
-    let context = Arc::new(Context::new(client.clone(), pods, revisions));
+    let namespaces = WatchReads::from_watch(watches.namespaces().clone());
+    let context = Arc::new(Context::new(client.clone(), pods, revisions, namespaces));
     // Stored<_>: one SidecarSet our types cannot read must not fail the
     // watch of all the others (reconcile reports and skips it).
     let (controller, listed) = readiness::controller(

@@ -14,7 +14,7 @@ use kruise_core::sidecarset::update::{
 use kube::api::ListParams;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
-use kube::{Api, Client, Resource};
+use kube::{Api, Resource};
 
 use crate::defaults::Persisted;
 use crate::execute;
@@ -74,7 +74,7 @@ pub(crate) async fn reconcile_once(
         return Ok(Action::requeue(seconds(1)));
     };
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-    let namespace_labels = namespace_labels(client, &sidecar_set).await?;
+    let namespace_labels = namespace_labels(context, &sidecar_set).await?;
     let matched = matching_pods(&sidecar_set, &pods, &namespace_labels)?;
     let Some((latest_revision, collision_count)) =
         execute::sync_revisions(context, &sidecar_set, &matched).await?
@@ -185,23 +185,30 @@ async fn read_pods(
     context.pods.read_or_list(name, &api, &params, keep).await
 }
 
+/// Every namespace's labels, for a SidecarSet with a `namespaceSelector`:
+/// from the namespace watch once it has listed (OpenKruise reads its
+/// informer's cache too), listed until then.
 async fn namespace_labels(
-    client: &Client,
+    context: &Context,
     sidecar_set: &SidecarSet,
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, kube::Error> {
     if sidecar_set.spec.namespace_selector.is_none() {
         return Ok(BTreeMap::new());
     }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    Ok(namespaces
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
+    let api: Api<Namespace> = Api::all(context.client.clone());
+    let owner = sidecar_set.metadata.name.as_deref().unwrap_or_default();
+    let read = context
+        .namespaces
+        .read_or_list(owner, &api, &ListParams::default(), |_| true)
+        .await?;
+    // Never None: nothing is awaited where nothing was written.
+    Ok(read
+        .unwrap_or_default()
+        .iter()
         .map(|ns| {
             (
-                ns.metadata.name.unwrap_or_default(),
-                ns.metadata.labels.unwrap_or_default(),
+                ns.metadata.name.clone().unwrap_or_default(),
+                ns.metadata.labels.clone().unwrap_or_default(),
             )
         })
         .collect())
@@ -353,6 +360,7 @@ mod fake_api_tests {
             api.client(),
             WatchReads::api_only(),
             revisions.unwrap_or_else(WatchReads::api_only),
+            WatchReads::api_only(),
         ))
     }
 
@@ -404,14 +412,60 @@ mod fake_api_tests {
         assert_eq!(spec_writes, 1, "one patch upgrades the pod");
     }
 
+    /// A `namespaceSelector` matches the namespaces' labels as the
+    /// namespace watch has them, without a LIST of the namespaces: the pod
+    /// is upgraded when the watch shows its namespace selected, left when
+    /// it does not.
+    #[tokio::test]
+    async fn a_namespace_selector_reads_the_namespace_watch() {
+        for (labels, upgraded) in [(json!({"team": "a"}), true), (json!({}), false)] {
+            let mut set = sidecar_set("busybox:1.35.0", 2);
+            set.spec.namespace_selector =
+                Some(serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap());
+            let api = cluster(&sidecar_set("busybox:1.34.0", 1), &set);
+            let namespace: Namespace = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "default", "labels": labels},
+            }))
+            .unwrap();
+            let namespaces = FedWatch::listed([namespace]).await;
+            let context = Arc::new(Context::new(
+                api.client(),
+                WatchReads::api_only(),
+                WatchReads::api_only(),
+                WatchReads::from_watch(namespaces.watch.clone()),
+            ));
+
+            round(&api, &context).await;
+
+            let listed: Vec<_> = api
+                .seen()
+                .into_iter()
+                .filter(|s| s.path == "/api/v1/namespaces")
+                .collect();
+            assert_eq!(listed, Vec::new(), "no LIST of the namespaces");
+            let expected = if upgraded {
+                "sidecar1=busybox:1.35.0"
+            } else {
+                "sidecar1=busybox:1.34.0"
+            };
+            let images = container_images(&api.get(POD).unwrap());
+            assert_eq!(images[0], expected, "namespace labels {labels}");
+        }
+    }
+
     #[tokio::test]
     async fn a_round_within_the_interval_of_the_last_is_put_off_without_a_request() {
         let set = sidecar_set("busybox", 1);
         let api = cluster(&set, &set);
         // An hour apart: the second call is within it however slow the
         // machine is.
-        let mut context =
-            Context::new(api.client(), WatchReads::api_only(), WatchReads::api_only());
+        let mut context = Context::new(
+            api.client(),
+            WatchReads::api_only(),
+            WatchReads::api_only(),
+            WatchReads::api_only(),
+        );
         context.pacing = Pacing::with_interval(Duration::from_hours(1));
         let context = Arc::new(context);
         let stored: Arc<Stored<SidecarSet>> =
