@@ -33,8 +33,8 @@ pub fn node_image_watch(client: Client) -> SharedWatch<Stored<NodeImage>> {
 /// The readiness name of the watch of the agents' namespace's Secrets.
 pub const MIRRORS_CACHE: &str = "kruise-imagepull/mirrored-pull-secrets";
 
-/// The watch of the Secrets of the agents' namespace, where the pull
-/// secrets are mirrored, both controllers share (started at once, and
+/// The watch both controllers share of the Secrets in the agents'
+/// namespace, where pull secrets are mirrored (started at once, and
 /// tracked for readiness as [`MIRRORS_CACHE`]).
 pub fn mirror_watch(client: Client, options: &Options) -> SharedWatch<Secret> {
     let watch = SharedWatch::namespaced(client, &options.config_namespace);

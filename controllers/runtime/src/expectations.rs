@@ -412,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn an_object_holds_a_write_from_the_version_it_was_answered_with_on() {
+    fn a_copy_holds_a_write_once_its_version_has_reached_the_answers() {
         assert!(holds_write(Some("12"), "12"));
         assert!(holds_write(Some("13"), "12"));
         assert!(!holds_write(Some("11"), "12"));
