@@ -772,9 +772,14 @@ mod tests {
         })
     }
 
+    /// The job as the API server holds it now, as its watch would hand it
+    /// to a round.
+    fn stored_job(api: &FakeApi) -> Arc<Stored<ImagePullJob>> {
+        Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap())
+    }
+
     async fn round_on(api: &FakeApi) -> Action {
-        let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
-        reconcile(Arc::new(stored), context(api)).await.unwrap()
+        reconcile(stored_job(api), context(api)).await.unwrap()
     }
 
     fn node_image(api: &FakeApi, name: &str) -> Value {
@@ -987,8 +992,7 @@ mod tests {
         );
         let before = api.seen().len();
 
-        let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
-        reconcile(Arc::new(stored), context).await.unwrap();
+        reconcile(stored_job(&api), context).await.unwrap();
 
         let requests = requests_after(&api, before);
         assert!(
@@ -1013,8 +1017,7 @@ mod tests {
         let api = three_nodes_two_at_a_time(json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}));
         mark_started(&api).await;
         let (images, _pods, context) = watched_without_pods(&api).await;
-        let stored =
-            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+        let stored = || stored_job(&api);
 
         let before = api.seen().len();
         assert_eq!(
@@ -1065,8 +1068,7 @@ mod tests {
         let api = three_nodes_two_at_a_time(json!({"finalizers": [DELETION_PROTECTION_FINALIZER]}));
         mark_started(&api).await;
         let (images, _pods, context) = watched_without_pods(&api).await;
-        let stored =
-            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+        let stored = || stored_job(&api);
         let before_the_status = stored();
 
         let before = api.seen().len();
@@ -1147,8 +1149,7 @@ mod tests {
         let pods = FedWatch::<Pod>::listed([]).await;
         let mirrors = FedWatch::<Secret>::listed([]).await;
         let context = watched_with_mirrors(&images, &pods, &mirrors, &api);
-        let stored =
-            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+        let stored = || stored_job(&api);
         let mirror_list = "GET /api/v1/namespaces/kruise-daemon-config/secrets".to_owned();
 
         let before = api.seen().len();
@@ -1265,8 +1266,7 @@ mod tests {
         .await;
         let before = api.seen().len();
 
-        let stored = Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap();
-        reconcile(Arc::new(stored), watched(&images, &pods, &api).await)
+        reconcile(stored_job(&api), watched(&images, &pods, &api).await)
             .await
             .unwrap();
 
@@ -1335,8 +1335,7 @@ mod tests {
             .patch_status("node-a", &PatchParams::default(), &Patch::Merge(status))
             .await
             .unwrap();
-        let stored =
-            || Arc::new(Stored::<ImagePullJob>::from_value(api.get(JOB).unwrap()).unwrap());
+        let stored = || stored_job(&api);
 
         assert_eq!(
             reconcile(stored(), context.clone()).await.unwrap(),

@@ -721,29 +721,24 @@ mod tests {
         let replaced = api.replace("a", &PostParams::default(), &made).await;
         assert!(matches!(replaced, Err(kube::Error::Api(ref e)) if e.code == 409));
 
-        let other = DeleteParams {
+        let preconditions = |uid: Option<String>, resource_version: Option<String>| DeleteParams {
             preconditions: Some(Preconditions {
-                uid: Some("someone-else".into()),
-                resource_version: None,
+                uid,
+                resource_version,
             }),
             ..DeleteParams::default()
         };
+        let other = preconditions(Some("someone-else".into()), None);
         assert!(api.delete("a", &other).await.is_err());
-        let stale_version = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: patched.metadata.uid.clone(),
-                resource_version: made.metadata.resource_version.clone(),
-            }),
-            ..DeleteParams::default()
-        };
+        let stale_version = preconditions(
+            patched.metadata.uid.clone(),
+            made.metadata.resource_version.clone(),
+        );
         assert!(api.delete("a", &stale_version).await.is_err());
-        let as_read = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: patched.metadata.uid.clone(),
-                resource_version: patched.metadata.resource_version.clone(),
-            }),
-            ..DeleteParams::default()
-        };
+        let as_read = preconditions(
+            patched.metadata.uid.clone(),
+            patched.metadata.resource_version.clone(),
+        );
         api.delete("a", &as_read).await.unwrap();
         assert_eq!(fake.get("/api/v1/namespaces/default/configmaps/a"), None);
         let methods: Vec<String> = fake.writes().into_iter().map(|s| s.method).collect();
