@@ -19,3 +19,18 @@ pub mod puller;
 pub mod reference;
 pub mod secrets;
 pub mod validation;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// `at` plus `span`, held at the ends of time: a deadline or TTL of any
+/// size a user can write (`int64` seconds in the CRD), from any time a
+/// stored object can carry, is a time that never comes (or has always
+/// passed), not a panic of the controller reading it.
+fn later(at: Timestamp, span: SignedDuration) -> Timestamp {
+    let end = if span.is_negative() {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    };
+    at.checked_add(span).unwrap_or(end)
+}

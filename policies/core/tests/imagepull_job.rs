@@ -521,6 +521,44 @@ fn a_finished_job_is_deleted_after_its_ttl() {
     assert_eq!(finished(&job, now()), Finished::Keep(None));
 }
 
+/// Deadlines and TTLs past the end of time (any int64 a user may write,
+/// from a time near its end) never come; they are not a panic that would
+/// stop the manager on every start.
+#[test]
+fn deadlines_and_ttls_past_the_end_of_time_never_come() {
+    let near_the_end: Timestamp = "9999-12-01T00:00:00Z".parse().unwrap();
+    for seconds in [i64::MAX, i64::MAX / 2, 300_000_000_000] {
+        let mut job = job(&format!(
+            "  image: nginx:1.25\n  completionPolicy: {{type: Always, activeDeadlineSeconds: {seconds}}}\n"
+        ));
+        job.status = Some(kruise_api::imagepulljob::ImagePullJobStatus {
+            start_time: Some(Time(near_the_end)),
+            ..Default::default()
+        });
+        let targets = [node_with(
+            "b",
+            0,
+            &["job-uid"],
+            Some((ImagePullPhase::Pulling, 0)),
+        )];
+        let planned = plan(&job, &targets, &[], near_the_end).unwrap();
+        assert_eq!(planned.status.completion_time, None, "{seconds}");
+        assert!(planned.requeue.is_some(), "{seconds}");
+    }
+    let mut job = job(&format!(
+        "  image: a\n  completionPolicy: {{type: Always, ttlSecondsAfterFinished: {}}}\n",
+        i32::MAX
+    ));
+    job.status = Some(kruise_api::imagepulljob::ImagePullJobStatus {
+        completion_time: Some(Time(near_the_end)),
+        ..Default::default()
+    });
+    assert!(matches!(
+        finished(&job, near_the_end),
+        Finished::Keep(Some(_))
+    ));
+}
+
 fn labelled(name: &str, pool: &str) -> NodeImage {
     let mut node = node(name);
     node.metadata.labels = Some([("pool".to_owned(), pool.to_owned())].into());

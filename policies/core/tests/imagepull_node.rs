@@ -332,6 +332,48 @@ fn the_watchdog_fails_a_pull_past_its_deadline() {
     assert_eq!(tags[0].message.as_deref(), Some(MESSAGE_DEADLINE));
 }
 
+/// A tag created near the end of time, with a deadline or TTL that takes
+/// it past the end, is watched and kept, not a panic of the controller.
+#[test]
+fn deadlines_and_ttls_past_the_end_of_time_never_come() {
+    let near_the_end: Timestamp = "9999-12-30T21:55:00Z".parse().unwrap();
+    let created = Some(Time(near_the_end));
+    for seconds in [i64::MAX, 300_000_000_000, 600] {
+        let mut slow = tag("slow", created.clone(), &["alive"]);
+        slow.pull_policy = Some(ImageTagPullPolicy {
+            active_deadline_seconds: Some(seconds),
+            ttl_seconds_after_finished: Some(i32::MAX),
+            ..ImageTagPullPolicy::default()
+        });
+        let mut image = node_image(vec![slow]);
+        reported(
+            &mut image,
+            ImageTagStatus {
+                tag: "slow".to_owned(),
+                phase: ImagePullPhase::Pulling,
+                ..Default::default()
+            },
+        );
+        let (status, _) = watchdog(&image, near_the_end);
+        let failed = status
+            .iter()
+            .flat_map(|s| &s.image_statuses["nginx"].tags)
+            .any(|t| t.phase == ImagePullPhase::Failed);
+        assert!(!failed, "{seconds}");
+        reported(
+            &mut image,
+            done("slow", ImagePullPhase::Succeeded, Time(near_the_end)),
+        );
+        let result = housekeep(
+            &image,
+            &BTreeMap::new(),
+            &referents(&["alive"]),
+            near_the_end,
+        );
+        assert_eq!(result.update, None, "{seconds}");
+    }
+}
+
 #[test]
 fn recount_drops_entries_the_spec_lost_and_counts_phases() {
     let image = node_image(vec![

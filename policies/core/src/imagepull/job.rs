@@ -181,7 +181,7 @@ pub fn plan(
     let deadline = (!is_never)
         .then_some(job.spec.completion_policy.active_deadline_seconds)
         .flatten()
-        .map(|seconds| start.0 + SignedDuration::from_secs(seconds));
+        .map(|seconds| super::later(start.0, SignedDuration::from_secs(seconds)));
     if let Some(deadline) = deadline
         && finished < targets.len()
         && now >= deadline
@@ -460,7 +460,10 @@ pub fn finished(job: &ImagePullJob, now: Timestamp) -> Finished {
     let Some(ttl) = job.spec.completion_policy.ttl_seconds_after_finished else {
         return Finished::Keep(None);
     };
-    let expiry = completed.0 + SignedDuration::from_secs(i64::from(ttl.max(0)));
+    let expiry = super::later(
+        completed.0,
+        SignedDuration::from_secs(i64::from(ttl.max(0))),
+    );
     if now >= expiry {
         Finished::Delete
     } else {

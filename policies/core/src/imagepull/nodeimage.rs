@@ -175,7 +175,8 @@ pub fn housekeep(
                 completion_time(node_image.status.as_ref(), name, &tag.tag, tag.version);
             match (ttl, completed) {
                 (Some(ttl), Some(completed)) => {
-                    let expiry = completed + SignedDuration::from_secs(i64::from(ttl.max(0)));
+                    let expiry =
+                        super::later(completed, SignedDuration::from_secs(i64::from(ttl.max(0))));
                     if now >= expiry {
                         return false;
                     }
@@ -247,12 +248,17 @@ pub fn watchdog(
             let done = entry.as_ref().is_some_and(|t| {
                 matches!(t.phase, ImagePullPhase::Succeeded | ImagePullPhase::Failed)
             });
-            let silent_until = created + NODE_SILENCE;
+            let silent_until = super::later(created, NODE_SILENCE);
             let deadline = tag
                 .pull_policy
                 .as_ref()
                 .and_then(|p| p.active_deadline_seconds)
-                .map(|seconds| created + SignedDuration::from_secs(seconds) + NODE_SILENCE);
+                .map(|seconds| {
+                    super::later(
+                        super::later(created, SignedDuration::from_secs(seconds)),
+                        NODE_SILENCE,
+                    )
+                });
             let failure = if entry.is_none() && now >= silent_until {
                 Some(MESSAGE_NODE_SILENT)
             } else if !done && deadline.is_some_and(|d| now >= d) {
