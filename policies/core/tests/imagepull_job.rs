@@ -368,33 +368,39 @@ fn a_second_job_on_the_same_tag_starts_a_new_round() {
     assert_eq!(tag.created_at, Some(Time(later)));
 }
 
+/// A tag the job already lists is left as it is (OpenKruise's
+/// `syncNodeImages` skips it): a later edit of the job's pull policy, or a
+/// second job that joined the tag with settings of its own, starts no
+/// write, so two jobs on one tag never undo each other's.
 #[test]
-fn editing_the_pull_policy_reaches_synced_nodes() {
+fn a_tag_the_job_already_lists_is_left_as_it_is() {
     let mut job = always_job();
-    let mut target = node("a");
-    let policy = tag_pull_policy(&job, 0, 0);
-    sync_node_image(&mut target.spec, None, &job, &[], now(), policy).unwrap();
-    job.spec.pull_policy = Some(kruise_api::imagepulljob::PullPolicy {
+    let mut other = always_job();
+    other.metadata.uid = Some("other-uid".to_owned());
+    other.spec.image_pull_policy = Some(kruise_api::nodeimage::ImagePullPolicy::Always);
+    other.spec.pull_policy = Some(kruise_api::imagepulljob::PullPolicy {
         timeout_seconds: Some(30),
         backoff_limit: Some(1),
     });
-    // The plan lists the active target although no slot is free.
-    job.spec.parallelism = Some(IntOrString::Int(1));
-    assert_eq!(
-        plan(&job, std::slice::from_ref(&target), &[], now())
-            .unwrap()
-            .sync,
-        [0]
-    );
+    let mut target = node("a");
     let policy = tag_pull_policy(&job, 0, 0);
-    assert!(sync_node_image(&mut target.spec, None, &job, &[], now(), policy).unwrap());
-    let tag = &target.spec.images["nginx"].tags[0];
-    let written = tag.pull_policy.as_ref().unwrap();
-    assert_eq!(
-        (written.timeout_seconds, written.backoff_limit),
-        (Some(30), Some(1))
-    );
-    assert_eq!(tag.version, 0, "no new round for a policy edit");
+    assert!(sync_node_image(&mut target.spec, None, &job, &[], now(), policy.clone()).unwrap());
+    assert!(sync_node_image(&mut target.spec, None, &other, &[], now(), policy.clone()).unwrap());
+    let joined = target.spec.clone();
+    assert_eq!(joined.images["nginx"].tags[0].owner_references.len(), 2);
+    job.spec.pull_policy = Some(kruise_api::imagepulljob::PullPolicy {
+        timeout_seconds: Some(60),
+        backoff_limit: Some(2),
+    });
+    for each in [&job, &other] {
+        let planned = plan(each, std::slice::from_ref(&target), &[], now()).unwrap();
+        assert_eq!(planned.sync, Vec::<usize>::new());
+        assert_eq!(planned.status.active, 1);
+        assert!(
+            !sync_node_image(&mut target.spec, None, each, &[], now(), policy.clone()).unwrap()
+        );
+    }
+    assert_eq!(target.spec, joined);
 }
 
 #[test]

@@ -148,7 +148,7 @@ pub struct JobPlan {
 
 /// The job's status over `targets` (in target order) and the NodeImages
 /// to sync next: as many not-synced targets as `parallelism` leaves free
-/// beside the active ones, plus synced ones whose pull policy is stale.
+/// beside the active ones.
 pub fn plan(
     job: &ImagePullJob,
     targets: &[NodeImage],
@@ -215,13 +215,7 @@ pub fn plan(
         .filter(|(_, s)| **s == TargetState::NotSynced)
         .map(|(i, _)| i)
         .take(slots);
-    let wanted = tag_policy_fields(job);
-    let stale = per_target.iter().enumerate().filter(|&(i, s)| {
-        *s == TargetState::Active
-            && own_tag(&targets[i], &image, uid).is_some_and(|t| !wanted.holds(t))
-    });
-    let mut sync: Vec<usize> = new_ones.chain(stale.map(|(i, _)| i)).collect();
-    crate::ordered::sort(&mut sync);
+    let sync: Vec<usize> = new_ones.collect();
     let requeue = deadline.map(|d| {
         let left = d.duration_since(now).max(SignedDuration::from_secs(1));
         Duration::try_from(left).unwrap_or(Duration::from_secs(1))
@@ -231,16 +225,6 @@ pub fn plan(
         sync,
         requeue,
     })
-}
-
-fn own_tag<'a>(node_image: &'a NodeImage, image: &ImageRef, uid: &str) -> Option<&'a ImageTagSpec> {
-    node_image
-        .spec
-        .images
-        .get(&image.name)?
-        .tags
-        .iter()
-        .find(|t| t.tag == image.tag && owned_by(t, uid))
 }
 
 fn node_names(
@@ -270,25 +254,11 @@ pub fn completion_type(job: &ImagePullJob) -> CompletionPolicyType {
     job.spec.completion_policy.type_.unwrap_or_default()
 }
 
-/// The fields of a tag entry the job keeps up to date after the first
-/// write, so that editing the job takes effect on nodes already pulling.
+/// The job's pull settings, defaults filled in, as a tag entry takes them.
 struct PolicyFields {
     timeout_seconds: i32,
     backoff_limit: i32,
     image_pull_policy: ImagePullPolicy,
-}
-
-impl PolicyFields {
-    fn holds(&self, tag: &ImageTagSpec) -> bool {
-        // Unset fields mean the defaults, as for the agent.
-        let policy = tag.pull_policy.clone().unwrap_or_default();
-        policy
-            .timeout_seconds
-            .unwrap_or(DEFAULT_PULL_TIMEOUT_SECONDS)
-            == self.timeout_seconds
-            && policy.backoff_limit.unwrap_or(DEFAULT_PULL_BACKOFF_LIMIT) == self.backoff_limit
-            && tag.image_pull_policy.unwrap_or_default() == self.image_pull_policy
-    }
 }
 
 fn tag_policy_fields(job: &ImagePullJob) -> PolicyFields {
@@ -390,12 +360,11 @@ pub fn sync_node_image(
         }
     }
     match entry.tags.iter_mut().find(|t| t.tag == image.tag) {
-        Some(tag) if owned_by(tag, uid) => {
-            let pull_policy = tag.pull_policy.get_or_insert_with(Default::default);
-            pull_policy.timeout_seconds = Some(fields.timeout_seconds);
-            pull_policy.backoff_limit = Some(fields.backoff_limit);
-            tag.image_pull_policy = Some(fields.image_pull_policy);
-        }
+        // Already listed: left as it is, as OpenKruise does. Rewriting its
+        // pull policy would not reach a pull under way (the agent keeps a
+        // task's limits), and two jobs on one tag would undo each other's
+        // writes for as long as the pull lasts.
+        Some(tag) if owned_by(tag, uid) => {}
         Some(tag) => {
             tag.version = tag.version.saturating_add(1);
             tag.owner_references.push(job_reference(job));
