@@ -24,7 +24,7 @@ use kruise_core::imagepull::puller::{self, PullTask, Report};
 use kruise_core::imagepull::reference;
 use kruise_core::imagepull::secrets::{Credential, credentials_for};
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -73,7 +73,12 @@ pub async fn run<R: ContainerRuntime>(client: Client, node: String, runtime: R) 
     };
     tracing::info!(component = PULLER_NAME, %node, "starting");
     let own = watcher::Config::default().fields(&format!("metadata.name={node}"));
-    let mut events = watcher::watcher(Api::<NodeImage>::all(client), own).boxed();
+    // Backed off: a watch that fails (the API server restarting, RBAC
+    // refusing it) would otherwise list again at once, and the loop below
+    // with it, on every node.
+    let mut events = watcher::watcher(Api::<NodeImage>::all(client), own)
+        .default_backoff()
+        .boxed();
     loop {
         let pause = match puller.round().await {
             Ok(pause) => pause,
@@ -294,5 +299,27 @@ fn describe(error: &RuntimeError, credential: Option<&Credential>) -> String {
     match credential {
         Some(c) => format!("as {}: {error}", c.username),
         None => format!("anonymously: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kruise_controller_runtime::testing::FakeApi;
+
+    use super::*;
+    use crate::sim::SimRuntime;
+
+    /// An API server that refuses everything gets a few requests a
+    /// second from the puller, not a loop of them (without the backoff:
+    /// over a thousand in these 2 s).
+    #[tokio::test]
+    async fn a_failing_watch_does_not_spin_the_puller() {
+        let api = FakeApi::default();
+        api.set_down(true);
+        let runtime = SimRuntime::new(api.client(), "node-1");
+        let puller = run(api.client(), "node-1".to_owned(), runtime);
+        let _ = tokio::time::timeout(Duration::from_secs(2), puller).await;
+        let requests = api.seen().len();
+        assert!((2..=20).contains(&requests), "{requests} requests in 2 s");
     }
 }
