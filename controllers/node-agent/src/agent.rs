@@ -24,6 +24,7 @@ use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
 use kruise_controller_runtime::metrics;
+use kruise_core::crr::controller::is_target;
 use kruise_core::crr::daemon::{self, Kill, Observed, Step};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -173,6 +174,11 @@ async fn round<R: ContainerRuntime>(
             // The manager completes requests whose pod has gone.
             return Ok(Action::requeue(daemon::RECHECK));
         };
+        if !is_target(picked, &pod) {
+            // Gone too: a pod of the same name made since is not the one
+            // the request names, and its containers are not to be touched.
+            return Ok(Action::requeue(daemon::RECHECK));
+        }
         let runtime = agent.runtime.pod_containers(&pod).await?;
         let step = daemon::plan(&Observed {
             request: picked,
@@ -293,5 +299,87 @@ async fn write_status(
             Ok(())
         }
         Err(error) => Err(failed("write the request's status")(error)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use kruise_api::containerrecreaterequest::POD_UID_LABEL;
+    use kruise_controller_runtime::testing::FakeApi;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::sim::SimRuntime;
+
+    const NODE: &str = "node-1";
+
+    /// Pod `web` on the node, its container `app` running.
+    fn pod(uid: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": uid},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "busybox"}]},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "app", "image": "busybox", "imageID": "", "ready": true,
+                "restartCount": 0, "containerID": "sim://app-1",
+                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            }]},
+        })
+    }
+
+    /// A forced recreation of `app` in the pod with uid `pod_uid`.
+    fn request(pod_uid: &str) -> ContainerRecreateRequest {
+        let request = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": "restart", "namespace": "default", "uid": "restart-uid",
+                         "creationTimestamp": Timestamp::now().to_string(),
+                         "labels": {POD_UID_LABEL: pod_uid, NODE_NAME_LABEL: NODE,
+                                    ACTIVE_LABEL: "true"}},
+            "spec": {"podName": "web",
+                     "containers": [{"name": "app", "statusContext":
+                                     {"containerID": "sim://app-1", "restartCount": 0}}],
+                     "strategy": {"forceRecreate": true}},
+        });
+        serde_json::from_value(request).expect("a request")
+    }
+
+    fn agent(api: &FakeApi) -> Agent<SimRuntime> {
+        Agent {
+            client: api.client(),
+            node: NODE.to_owned(),
+            runtime: SimRuntime::new(api.client(), NODE),
+            events: Events::new(api.client(), AGENT_NAME),
+            backoff: Backoff::default(),
+            pod_locks: Mutex::default(),
+        }
+    }
+
+    /// The container stops the agent went to make (each announced by a
+    /// `Killing` event on the pod before the runtime is asked).
+    fn stops(api: &FakeApi) -> usize {
+        api.writes()
+            .iter()
+            .filter(|w| w.body["reason"] == "Killing" && w.body["regarding"]["name"] == "web")
+            .count()
+    }
+
+    /// A request whose pod was replaced by one of the same name (a
+    /// StatefulSet's, recreated on the node) leaves the new pod's
+    /// containers alone; the pod it names gets its container stopped.
+    #[tokio::test]
+    async fn only_the_pod_the_request_names_is_touched() {
+        for (pod_uid, stopped) in [("old-uid", 0), ("web-uid", 1)] {
+            let api = FakeApi::default();
+            api.insert("pods", pod("web-uid"));
+            let stored = api.insert(
+                "containerrecreaterequests",
+                serde_json::to_value(request(pod_uid)).expect("json"),
+            );
+            let trigger: ContainerRecreateRequest =
+                serde_json::from_value(stored).expect("a request");
+            round(&agent(&api), &trigger).await.expect("a round");
+            assert_eq!(stops(&api), stopped, "request for {pod_uid}");
+        }
     }
 }

@@ -144,8 +144,9 @@ fn after_finish(
     }
 }
 
-/// The pod the request was made for: same UID, not being deleted.
-fn is_target(request: &ContainerRecreateRequest, pod: &Pod) -> bool {
+/// The pod the request was made for: same UID, not being deleted. A pod
+/// of the same name made since (a StatefulSet's, say) is not it.
+pub fn is_target(request: &ContainerRecreateRequest, pod: &Pod) -> bool {
     let wanted = request
         .metadata
         .labels
