@@ -242,7 +242,10 @@ impl<R: ContainerRuntime> Pull<R> {
         Err(last_error)
     }
 
-    /// One attempt: each credential in turn, then anonymously.
+    /// One attempt: each credential in turn, then anonymously, all within
+    /// the attempt's `timeout` (spec: each attempt has `timeoutSeconds`;
+    /// one per credential would stretch an attempt, and the task's
+    /// deadline, by the number of pull secrets).
     async fn try_once(
         &self,
         task: &PullTask,
@@ -251,14 +254,18 @@ impl<R: ContainerRuntime> Pull<R> {
         timeout: Duration,
     ) -> Result<String, String> {
         let sandbox = task.sandbox_config.as_ref();
+        let ends = tokio::time::Instant::now() + timeout;
         let mut errors = Vec::new();
         let tries = credentials.iter().map(Some).chain([None]);
         for credential in tries {
             let pull = self.runtime.pull_image(reference, credential, sandbox);
-            match tokio::time::timeout(timeout, pull).await {
+            match tokio::time::timeout_at(ends, pull).await {
                 Ok(Ok(id)) => return Ok(id),
                 Ok(Err(error)) => errors.push(describe(&error, credential)),
-                Err(_) => errors.push(format!("no result within {} s", timeout.as_secs())),
+                Err(_) => {
+                    errors.push(format!("no result within {} s", timeout.as_secs()));
+                    break;
+                }
             }
         }
         Err(errors.join("; "))
@@ -303,11 +310,87 @@ fn describe(error: &RuntimeError, credential: Option<&Credential>) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kruise_api::nodeimage::SandboxConfig;
     use kruise_controller_runtime::testing::FakeApi;
 
     use super::*;
+    use crate::runtime::{ExecOutput, RuntimeContainer};
     use crate::sim::SimRuntime;
+
+    /// A runtime whose registry never answers a pull.
+    #[derive(Clone)]
+    struct Hanging;
+
+    impl ContainerRuntime for Hanging {
+        async fn pod_containers(&self, _: &Pod) -> Result<Vec<RuntimeContainer>, RuntimeError> {
+            Ok(Vec::new())
+        }
+        async fn exec(
+            &self,
+            _: &str,
+            _: &[String],
+            _: Duration,
+        ) -> Result<ExecOutput, RuntimeError> {
+            Ok(ExecOutput::default())
+        }
+        async fn stop_container(&self, _: &str, _: Duration) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn image_id(&self, _: &str) -> Result<Option<String>, RuntimeError> {
+            Ok(None)
+        }
+        async fn pull_image(
+            &self,
+            _: &str,
+            _: Option<&Credential>,
+            _: Option<&SandboxConfig>,
+        ) -> Result<String, RuntimeError> {
+            std::future::pending().await
+        }
+    }
+
+    /// Two pull secrets and a registry that hangs: the attempt ends at its
+    /// timeout, once, where it used to wait that long for each credential
+    /// and then anonymously (three timeouts in its message).
+    #[tokio::test]
+    async fn an_attempt_has_one_timeout_for_all_its_credentials() {
+        let api = FakeApi::default();
+        let node_image = NodeImage::default();
+        let task = PullTask {
+            image: "nginx".to_owned(),
+            tag: "1.25".to_owned(),
+            version: 0,
+            limits: puller::Limits {
+                timeout: Duration::from_millis(100),
+                attempts: 1,
+                deadline: None,
+            },
+            image_pull_policy: ImagePullPolicy::Always,
+            secrets: Vec::new(),
+            sandbox_config: None,
+        };
+        let pull = Pull {
+            client: api.client(),
+            runtime: Hanging,
+            events: Events::new(api.client(), PULLER_NAME),
+            on: node_image.object_ref(&()),
+            report: Arc::new(Mutex::new(Report::waiting(&task))),
+            slots: Arc::new(Semaphore::new(1)),
+        };
+        let credential = |user: &str| Credential {
+            username: user.to_owned(),
+            password: "secret".to_owned(),
+        };
+        let credentials = [credential("a"), credential("b")];
+        let outcome = pull
+            .try_once(&task, "nginx:1.25", &credentials, task.limits.timeout)
+            .await;
+        let message = outcome.expect_err("a hanging registry");
+        assert_eq!(message, "no result within 0 s");
+    }
 
     /// An API server that refuses everything gets a few requests a
     /// second from the puller, not a loop of them (without the backoff:
