@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{CloneSet, Stored};
 use kruise_core::cloneset::revision::{RevisionPlan, RevisionWrite, plan_revisions};
-use kruise_core::cloneset::{FeatureGates, PlanInput, compute_status, plan};
+use kruise_core::cloneset::{FeatureGates, PlanInput, compute_status, plan, pruned_pods_to_delete};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -120,6 +120,12 @@ async fn reconcile_cloneset(
     let claims_written = context.claims.writes_of(&key);
     let context = &context.shared;
     let client = &context.client;
+    if let Some(kept) = pruned_pods_to_delete(cloneset, &pods) {
+        // Before any pod is made: a replacement that reuses a gone pod's
+        // instance id has its name, and must not find it on the list.
+        prune_pods_to_delete(client, cloneset, &kept).await?;
+        return Ok(Action::requeue(STORE_WAIT));
+    }
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
     let revision_plan = sync_revisions(
         &revision_api,
@@ -218,6 +224,35 @@ async fn write_status(
         .await
         .map_err(ReconcileError::api("write status"))
         .map(drop)
+}
+
+/// Writes `scaleStrategy.podsToDelete` as `kept`, on the version read: a
+/// user's edit in between is a conflict, and the next round prunes what
+/// is listed then.
+async fn prune_pods_to_delete(
+    client: &kube::Client,
+    cloneset: &CloneSet,
+    kept: &[String],
+) -> Result<(), ReconcileError> {
+    let api =
+        Api::<CloneSet>::namespaced(client.clone(), &cloneset.namespace().unwrap_or_default());
+    let list = if kept.is_empty() {
+        json!(null)
+    } else {
+        json!(kept)
+    };
+    let patch = json!({
+        "metadata": {"resourceVersion": cloneset.metadata.resource_version},
+        "spec": {"scaleStrategy": {"podsToDelete": list}},
+    });
+    api.patch(
+        &cloneset.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map_err(ReconcileError::api("prune scaleStrategy.podsToDelete"))
+    .map(drop)
 }
 
 /// Deletes the revisions the plan let go of, noting each delete.
@@ -514,6 +549,42 @@ mod tests {
             api.get(CLONESET).unwrap()["status"]["observedGeneration"],
             2
         );
+    }
+
+    /// Names of pods that are gone leave `podsToDelete` before anything
+    /// else is written, the others stay; a user's edit in between wins.
+    #[tokio::test]
+    async fn names_of_gone_pods_leave_pods_to_delete_first() {
+        let api = two_ready_pods("ReCreate").await;
+        let live = pods(&api).await[0]["metadata"]["name"].clone();
+        set_spec(
+            &api,
+            &json!({"scaleStrategy": {"podsToDelete": ["demo-gone", live]}}),
+            2,
+        )
+        .await;
+        let stale = api.get(CLONESET).unwrap();
+        let before = api.seen().len();
+        round(&api).await;
+        assert_eq!(writes(&api.seen()[before..]), [format!("PATCH {CLONESET}")]);
+        let stored = api.get(CLONESET).unwrap();
+        assert_eq!(
+            stored["spec"]["scaleStrategy"]["podsToDelete"],
+            json!([live])
+        );
+
+        // A round on a copy from before a user's edit writes nothing over it.
+        set_spec(
+            &api,
+            &json!({"scaleStrategy": {"podsToDelete": ["demo-gone"]}}),
+            3,
+        )
+        .await;
+        let edited = api.get(CLONESET).unwrap();
+        let copy: Stored<CloneSet> = serde_json::from_value(stale).unwrap();
+        let raced = reconcile(Arc::new(copy), context(&api, None, None)).await;
+        assert!(raced.is_err_and(|e| e.is_conflict()));
+        assert_eq!(api.get(CLONESET).unwrap(), edited);
     }
 
     #[tokio::test]

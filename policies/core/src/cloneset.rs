@@ -24,6 +24,7 @@ mod lifecycle;
 pub mod new_pod;
 mod plan;
 mod pod_state;
+mod pods_to_delete;
 pub mod predownload;
 pub mod progress;
 pub mod revision;
@@ -43,6 +44,7 @@ pub use pod_state::{
     LifecycleState, condition, container_status, has_ready_condition, is_active, is_at_revision,
     is_available, is_running_and_ready,
 };
+pub use pods_to_delete::pruned_pods_to_delete;
 pub use settings::{MAX_COUNT, Settings};
 pub use sort::{active_pods_order, scatter, sort_by_priority, sort_for_scale_in};
 pub use status::compute_status;
