@@ -221,14 +221,19 @@ impl Writer<'_> {
 
     async fn create_pod(&self, id: &str, pod: &Pod) -> Result<(), ReconcileError> {
         self.create_claims(&new_claims(self.cloneset, id)).await?;
-        let created = self
-            .pods
-            .create(&PostParams::default(), pod)
-            .await
-            .map_err(ReconcileError::api(format!(
-                "create pod {}",
-                pod.name_any()
-            )))?;
+        let created = match self.pods.create(&PostParams::default(), pod).await {
+            Ok(created) => created,
+            Err(error) => {
+                // Where a user looks first (`kubectl describe`): a quota or
+                // an admission webhook refusing pods is said on the CloneSet.
+                let note = format!("failed to create pod {}: {error}", pod.name_any());
+                self.warning("FailedCreate", &note).await;
+                return Err(ReconcileError::api(format!(
+                    "create pod {}",
+                    pod.name_any()
+                ))(error));
+            }
+        };
         self.written.wrote(&created);
         self.event(
             "SuccessfulCreate",

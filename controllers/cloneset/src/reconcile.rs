@@ -8,7 +8,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{CloneSet, Stored};
 use kruise_core::cloneset::revision::{RevisionPlan, RevisionWrite, plan_revisions};
-use kruise_core::cloneset::{FeatureGates, PlanInput, compute_status, plan, pruned_pods_to_delete};
+use kruise_core::cloneset::{
+    CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, FeatureGates, Plan, PlanInput, Stage,
+    compute_status, note_failure, plan, pruned_pods_to_delete,
+};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -170,7 +173,7 @@ async fn reconcile_cloneset(
         pods: written,
         claims: claims_written,
     };
-    execute(
+    let executed = execute(
         context,
         written,
         cloneset,
@@ -179,8 +182,13 @@ async fn reconcile_cloneset(
         &round,
         now,
     )
-    .await?;
-    write_status(client, cloneset, &pods, &revision_plan, now).await?;
+    .await;
+    // The status is written whether or not the pass failed (a refused
+    // create must not freeze observedGeneration and the counts), with the
+    // failure in its condition.
+    let failure = failure(&round, executed.as_ref().err());
+    write_status(client, cloneset, &pods, &revision_plan, now, failure).await?;
+    executed?;
     truncate_history(
         &revision_api,
         revisions_written,
@@ -196,13 +204,35 @@ async fn reconcile_cloneset(
     Ok(Action::requeue(requeue))
 }
 
-/// Writes the status the round's pods and revisions give, if it changed.
+/// The condition a round's failure sets and its message (spec 03 §1.3):
+/// FailedScale when the Scale pass wrote, FailedUpdate for the Update pass
+/// or an update the plan could not make. A conflict is none: someone wrote
+/// first, and the next round plans again at once.
+fn failure(round: &Plan, error: Option<&ReconcileError>) -> Option<(&'static str, String)> {
+    let condition = if round.stage == Stage::Scale {
+        CONDITION_FAILED_SCALE
+    } else {
+        CONDITION_FAILED_UPDATE
+    };
+    match error {
+        Some(error) if !error.is_conflict() => Some((condition, error.to_string())),
+        Some(_) => None,
+        None => round
+            .errors
+            .first()
+            .map(|e| (CONDITION_FAILED_UPDATE, e.to_string())),
+    }
+}
+
+/// Writes the status the round's pods and revisions give, with `failure`
+/// noted, if it changed.
 async fn write_status(
     client: &kube::Client,
     cloneset: &CloneSet,
     pods: &[Pod],
     revision_plan: &RevisionPlan,
     now: Timestamp,
+    failure: Option<(&str, String)>,
 ) -> Result<(), ReconcileError> {
     let mut status = compute_status(
         cloneset,
@@ -212,6 +242,9 @@ async fn write_status(
         now,
     );
     status.collision_count = Some(revision_plan.collision_count);
+    if let Some((condition, message)) = failure {
+        note_failure(&mut status, condition, &message, now);
+    }
     if cloneset.status.as_ref() == Some(&status) {
         return Ok(());
     }
@@ -585,6 +618,39 @@ mod tests {
         let raced = reconcile(Arc::new(copy), context(&api, None, None)).await;
         assert!(raced.is_err_and(|e| e.is_conflict()));
         assert_eq!(api.get(CLONESET).unwrap(), edited);
+    }
+
+    /// A cluster that refuses new pods (a quota) hears of it on the
+    /// CloneSet: a FailedCreate event, the FailedScale condition, and a
+    /// status that still follows the spec's generation.
+    #[tokio::test]
+    async fn a_refused_create_is_reported_and_the_status_still_written() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+        api.refuse("POST", "pods");
+        let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
+        let failed = reconcile(Arc::new(stored), context(&api, None, None)).await;
+        assert!(failed.is_err_and(|e| e.to_string().contains("exceeded quota")));
+        let reported = api
+            .writes()
+            .into_iter()
+            .any(|w| w.body["reason"] == "FailedCreate");
+        assert!(reported, "no FailedCreate event");
+        let status = &api.get(CLONESET).unwrap()["status"];
+        assert_eq!(status["observedGeneration"], 1);
+        let conditions = status["conditions"].as_array().unwrap();
+        let failed_scale: Vec<&Value> = conditions
+            .iter()
+            .filter(|c| c["type"] == "FailedScale")
+            .collect();
+        assert_eq!(failed_scale.len(), 1, "{conditions:?}");
+        assert_eq!(failed_scale[0]["status"], "True");
+        assert!(
+            failed_scale[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("exceeded quota")
+        );
     }
 
     #[tokio::test]

@@ -126,6 +126,8 @@ struct State {
     objects: BTreeMap<String, Value>,
     version: u64,
     seen: Vec<Seen>,
+    /// (method, plural) pairs answered 403, as a quota or RBAC refuses.
+    refused: Vec<(String, String)>,
 }
 
 /// Where an object lives: `/api/v1` or `/apis/<group>/<version>`, its
@@ -242,6 +244,14 @@ impl FakeApi {
         self.lock().down = down;
     }
 
+    /// Answers every `method` on `plural` with 403 Forbidden, as the API
+    /// server does for a create a ResourceQuota refuses.
+    pub fn refuse(&self, method: &str, plural: &str) {
+        self.lock()
+            .refused
+            .push((method.to_owned(), plural.to_owned()));
+    }
+
     /// Makes every answer take `delay` (an API server that hangs).
     pub fn set_delay(&self, delay: std::time::Duration) {
         self.lock().delay = delay;
@@ -294,6 +304,11 @@ impl FakeApi {
         let Some(target) = Target::parse(path) else {
             return failure(404, "NotFound", &format!("no such path {path}"));
         };
+        let refused = |(m, p): &(String, String)| m == method && *p == target.plural;
+        if state.refused.iter().any(refused) {
+            let message = format!("{method} {}: exceeded quota", target.plural);
+            return failure(403, "Forbidden", &message);
+        }
         match (method, target.name.as_deref()) {
             ("GET", None) => state.list(&target, query),
             ("POST", None) => state.create(&target, body),

@@ -47,7 +47,7 @@ pub use pod_state::{
 pub use pods_to_delete::pruned_pods_to_delete;
 pub use settings::{MAX_COUNT, Settings};
 pub use sort::{active_pods_order, scatter, sort_by_priority, sort_for_scale_in};
-pub use status::compute_status;
+pub use status::{CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, compute_status, note_failure};
 
 pub const LABEL_REVISION: &str = "controller-revision-hash";
 pub const LABEL_POD_TEMPLATE_HASH: &str = "pod-template-hash";

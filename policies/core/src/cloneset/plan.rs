@@ -38,12 +38,14 @@ pub struct InPlaceCompletion {
 }
 
 /// Why a step could not do what it wanted; the controller reports these
-/// through the `FailedScale` / `FailedUpdate` conditions.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// through the `FailedUpdate` condition.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     /// `InPlaceOnly` but the revision change is not in-place-able.
+    #[error("pod {pod}: InPlaceOnly, but the change cannot be made in place")]
     NotInPlaceUpdatable { pod: String },
     /// The pod's (or target) revision is not among the given revisions.
+    #[error("pod {pod}: revision {revision} is not among the CloneSet's revisions")]
     UnknownRevision { pod: String, revision: String },
 }
 

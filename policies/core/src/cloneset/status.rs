@@ -1,9 +1,10 @@
 //! CloneSet status (spec 03 §1.3) as a pure function of the pods.
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::CloneSet;
-use kruise_api::cloneset::CloneSetStatus;
+use kruise_api::cloneset::{CloneSetCondition, CloneSetStatus};
 
 use super::pod_state::{is_active, is_at_revision, is_available, is_running_and_ready};
 use super::progress::{CONDITION_PROGRESSING, find_progressing, progressing_condition};
@@ -64,4 +65,69 @@ pub fn compute_status(
         .chain(progress)
         .collect();
     status
+}
+
+/// The condition a failed Scale pass sets.
+pub const CONDITION_FAILED_SCALE: &str = "FailedScale";
+/// The condition a failed Update pass sets.
+pub const CONDITION_FAILED_UPDATE: &str = "FailedUpdate";
+
+/// Records a failed pass as OpenKruise does (spec 03 §1.3): the
+/// `condition` (FailedScale or FailedUpdate) is set True with the message
+/// the first time, then left as it is, neither cleared nor refreshed.
+pub fn note_failure(status: &mut CloneSetStatus, condition: &str, message: &str, now: Timestamp) {
+    let set = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == condition && c.status == "True");
+    if set {
+        return;
+    }
+    status.conditions.retain(|c| c.type_ != condition);
+    status.conditions.push(CloneSetCondition {
+        type_: condition.to_owned(),
+        status: "True".to_owned(),
+        last_transition_time: Some(Time(now)),
+        message: Some(message.to_owned()),
+        ..CloneSetCondition::default()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(type_: &str, message: &str) -> CloneSetCondition {
+        CloneSetCondition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            message: Some(message.to_owned()),
+            ..CloneSetCondition::default()
+        }
+    }
+
+    /// Set True with the first message; a later failure changes nothing
+    /// (OpenKruise neither refreshes nor clears it); other conditions stay.
+    #[test]
+    fn a_failure_is_noted_once_and_kept() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut status = CloneSetStatus {
+            conditions: vec![condition("Progressing", "p")],
+            ..CloneSetStatus::default()
+        };
+        note_failure(&mut status, CONDITION_FAILED_SCALE, "quota", now);
+        let noted = status.clone();
+        assert_eq!(noted.conditions.len(), 2);
+        let failed = &noted.conditions[1];
+        assert_eq!(
+            (failed.type_.as_str(), failed.status.as_str()),
+            (CONDITION_FAILED_SCALE, "True")
+        );
+        assert_eq!(failed.message.as_deref(), Some("quota"));
+        assert_eq!(failed.last_transition_time, Some(Time(now)));
+        note_failure(&mut status, CONDITION_FAILED_SCALE, "another", now);
+        assert_eq!(status, noted);
+        note_failure(&mut status, CONDITION_FAILED_UPDATE, "in place", now);
+        assert_eq!(status.conditions.len(), 3);
+    }
 }
