@@ -678,6 +678,35 @@ mod tests {
             "{images:?}"
         );
         assert_eq!(images.len(), 2);
+        // Unready (the gate, and Ready with it) before its image changed.
+        assert_eq!(
+            patched[..2],
+            [
+                format!("PATCH {PODS}/pod/status"),
+                format!("PATCH {PODS}/pod")
+            ]
+        );
+        let updated = pods(&api)
+            .await
+            .into_iter()
+            .find(|pod| container_images(pod)[0] == "main=nginx:2")
+            .unwrap();
+        let condition = |type_: &str| {
+            updated["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == type_)
+                .map(|c| (c["status"].clone(), c["reason"].clone()))
+        };
+        assert_eq!(
+            condition("InPlaceUpdateReady"),
+            Some((json!("False"), json!("StartInPlaceUpdate")))
+        );
+        assert_eq!(
+            condition("Ready"),
+            Some((json!("False"), json!("ReadinessGatesNotReady")))
+        );
     }
 
     #[tokio::test]

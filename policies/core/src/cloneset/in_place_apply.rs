@@ -18,9 +18,25 @@ use super::{
 };
 
 /// Step 1: the `pods/status` patch that turns `InPlaceUpdateReady` False
-/// before anything changes, so the pod leaves Service endpoints first.
+/// before anything changes, and `Ready` with it, as OpenKruise does and
+/// as the kubelet would on its next status sync: the pod leaves Service
+/// endpoints before its containers restart, not after.
 pub fn start_status_patch(now: Timestamp) -> Value {
-    condition_patch("False", Some("StartInPlaceUpdate"), now)
+    let mut patch = condition_patch("False", Some("StartInPlaceUpdate"), now);
+    let message = format!(
+        "the status of pod readiness gate \"{CONDITION_IN_PLACE_UPDATE_READY}\" is not \"True\", but False"
+    );
+    let ready = json!({
+        "type": "Ready",
+        "status": "False",
+        "reason": "ReadinessGatesNotReady",
+        "message": message,
+        "lastTransitionTime": now.to_string(),
+    });
+    if let Some(conditions) = patch["status"]["conditions"].as_array_mut() {
+        conditions.push(ready);
+    }
+    patch
 }
 
 /// The `pods/status` patch of a finished update (or a new pod's first one),
