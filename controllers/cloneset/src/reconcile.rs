@@ -7,6 +7,9 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{CloneSet, Stored};
+use kruise_core::cloneset::progress::{
+    find_progressing, progress_deadline, requeue_seconds_from_condition,
+};
 use kruise_core::cloneset::revision::{RevisionPlan, RevisionWrite, plan_revisions};
 use kruise_core::cloneset::{
     CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, FeatureGates, Plan, PlanInput, Stage,
@@ -31,6 +34,8 @@ use super::reads::{self, CloneSetContext, Owned};
 /// CloneSet's last writes (their watch events usually start the next
 /// round sooner).
 const STORE_WAIT: Duration = Duration::from_secs(1);
+/// A round comes back after this long unless it has a reason to sooner.
+const RESYNC_SECONDS: i64 = 30;
 /// How many names a round tries for its update revision.
 const REVISION_ATTEMPTS: usize = 5;
 
@@ -187,7 +192,7 @@ async fn reconcile_cloneset(
     // create must not freeze observedGeneration and the counts), with the
     // failure in its condition.
     let failure = failure(&round, executed.as_ref().err());
-    write_status(client, cloneset, &pods, &revision_plan, now, failure).await?;
+    let progress_due = write_status(client, cloneset, &pods, &revision_plan, now, failure).await?;
     executed?;
     truncate_history(
         &revision_api,
@@ -197,10 +202,12 @@ async fn reconcile_cloneset(
     )
     .await?;
 
-    let requeue = round
-        .requeue_after_seconds
-        .and_then(|s| u64::try_from(s).ok())
-        .map_or(Duration::from_secs(30), |s| Duration::from_secs(s.max(1)));
+    // Back when the plan asks (a pod turning available) or in 30 s, and
+    // sooner if the progress deadline comes first (so that
+    // ProgressDeadlineExceeded is set on time).
+    let planned = round.requeue_after_seconds.unwrap_or(RESYNC_SECONDS);
+    let due = progress_due.map_or(planned, |d| d.min(planned));
+    let requeue = Duration::from_secs(u64::try_from(due).unwrap_or(0).max(1));
     Ok(Action::requeue(requeue))
 }
 
@@ -225,7 +232,8 @@ fn failure(round: &Plan, error: Option<&ReconcileError>) -> Option<(&'static str
 }
 
 /// Writes the status the round's pods and revisions give, with `failure`
-/// noted, if it changed.
+/// noted, if it changed; returns the seconds left until its progress
+/// deadline, if one runs.
 async fn write_status(
     client: &kube::Client,
     cloneset: &CloneSet,
@@ -233,7 +241,7 @@ async fn write_status(
     revision_plan: &RevisionPlan,
     now: Timestamp,
     failure: Option<(&str, String)>,
-) -> Result<(), ReconcileError> {
+) -> Result<Option<i64>, ReconcileError> {
     let mut status = compute_status(
         cloneset,
         pods,
@@ -245,8 +253,11 @@ async fn write_status(
     if let Some((condition, message)) = failure {
         note_failure(&mut status, condition, &message, now);
     }
+    let progress_due = progress_deadline(cloneset).and_then(|deadline| {
+        requeue_seconds_from_condition(find_progressing(&status), deadline, now)
+    });
     if cloneset.status.as_ref() == Some(&status) {
-        return Ok(());
+        return Ok(progress_due);
     }
     let namespace = cloneset.namespace().unwrap_or_default();
     let api = Api::<CloneSet>::namespaced(client.clone(), &namespace);
@@ -255,8 +266,8 @@ async fn write_status(
     // Stale: the CloneSet's watch event brings the newer one next.
     replace_status(&api, &updated, CONTROLLER_NAME)
         .await
-        .map_err(ReconcileError::api("write status"))
-        .map(drop)
+        .map_err(ReconcileError::api("write status"))?;
+    Ok(progress_due)
 }
 
 /// Writes `scaleStrategy.podsToDelete` as `kept`, on the version read: a
@@ -706,6 +717,24 @@ mod tests {
         assert_eq!(
             condition("Ready"),
             Some((json!("False"), json!("ReadinessGatesNotReady")))
+        );
+    }
+
+    /// A rollout under a progress deadline comes back at the deadline,
+    /// not at the next resync, so that ProgressDeadlineExceeded is set on
+    /// time; without one, at the resync.
+    #[tokio::test]
+    async fn a_round_comes_back_at_the_progress_deadline() {
+        let api = two_ready_pods("ReCreate").await;
+        assert_eq!(round(&api).await, Action::requeue(Duration::from_secs(30)));
+        set_spec(&api, &json!({"progressDeadlineSeconds": 5}), 2).await;
+        new_main_image(&api).await;
+        let action = round(&api).await;
+        let progressing = &api.get(CLONESET).unwrap()["status"]["conditions"];
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(5)),
+            "{progressing}"
         );
     }
 
