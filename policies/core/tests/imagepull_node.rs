@@ -77,6 +77,15 @@ fn reported(image: &mut NodeImage, status: ImageTagStatus) {
     nodeimage::set_tag_status(all, "nginx", status);
 }
 
+/// The node's report of `tag` being pulled.
+fn pulling(tag: &str) -> ImageTagStatus {
+    ImageTagStatus {
+        tag: tag.to_owned(),
+        phase: ImagePullPhase::Pulling,
+        ..Default::default()
+    }
+}
+
 fn done(tag: &str, phase: ImagePullPhase, completed: Time) -> ImageTagStatus {
     ImageTagStatus {
         tag: tag.to_owned(),
@@ -297,14 +306,7 @@ fn the_watchdog_fails_tags_a_node_never_answered() {
     assert_eq!(requeue, Some(Duration::from_mins(9)));
     // Once the node reported, the watchdog leaves it alone.
     image.status = Some(status);
-    reported(
-        &mut image,
-        ImageTagStatus {
-            tag: "recent".to_owned(),
-            phase: ImagePullPhase::Pulling,
-            ..Default::default()
-        },
-    );
+    reported(&mut image, pulling("recent"));
     image.status = image.status.take().map(|s| recount(&image.spec, s));
     let (again, _) = watchdog(&image, now());
     assert_eq!(again, None);
@@ -318,14 +320,7 @@ fn the_watchdog_fails_a_pull_past_its_deadline() {
         ..ImageTagPullPolicy::default()
     });
     let mut image = node_image(vec![slow]);
-    reported(
-        &mut image,
-        ImageTagStatus {
-            tag: "slow".to_owned(),
-            phase: ImagePullPhase::Pulling,
-            ..Default::default()
-        },
-    );
+    reported(&mut image, pulling("slow"));
     // 300 s + 10 min grace = 900 s < 1000 s.
     let (status, _) = watchdog(&image, now());
     let tags = &status.unwrap().image_statuses["nginx"].tags;
@@ -346,14 +341,7 @@ fn deadlines_and_ttls_past_the_end_of_time_never_come() {
             ..ImageTagPullPolicy::default()
         });
         let mut image = node_image(vec![slow]);
-        reported(
-            &mut image,
-            ImageTagStatus {
-                tag: "slow".to_owned(),
-                phase: ImagePullPhase::Pulling,
-                ..Default::default()
-            },
-        );
+        reported(&mut image, pulling("slow"));
         let (status, _) = watchdog(&image, near_the_end);
         let failed = status
             .iter()
