@@ -212,7 +212,13 @@ impl Writer<'_> {
             let (batch, later) = rest.split_at(size);
             let created = join_all(batch.iter().map(|(id, pod)| self.create_pod(id, pod))).await;
             if let Some(error) = created.into_iter().find_map(Result::err) {
-                return Err(error);
+                // The first batch is one pod: refused, nothing was made.
+                let first = rest.len() == wanted.len();
+                return Err(if first {
+                    ReconcileError::NothingCreated(Box::new(error))
+                } else {
+                    error
+                });
             }
             rest = later;
         }

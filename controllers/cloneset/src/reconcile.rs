@@ -13,7 +13,7 @@ use kruise_core::cloneset::progress::{
 use kruise_core::cloneset::revision::{RevisionPlan, RevisionWrite, plan_revisions};
 use kruise_core::cloneset::{
     CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, FeatureGates, Plan, PlanInput, Stage,
-    compute_status, note_failure, plan, pruned_pods_to_delete,
+    compute_status, note_failure, plan, plan_after_refused_creates, pruned_pods_to_delete,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -51,6 +51,9 @@ pub enum ReconcileError {
     RevisionNames,
     #[error("revision {0} is held by another controller: waiting for it to go")]
     RevisionHeld(String),
+    /// The Scale pass's first create was refused: no pod was made.
+    #[error(transparent)]
+    NothingCreated(Box<ReconcileError>),
 }
 
 impl ReconcileError {
@@ -61,7 +64,11 @@ impl ReconcileError {
 
     /// Someone else wrote first: plan again from what is there now.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::Api { source, .. } if api_error::is_conflict(source))
+        match self {
+            Self::Api { source, .. } => api_error::is_conflict(source),
+            Self::NothingCreated(inner) => inner.is_conflict(),
+            _ => false,
+        }
     }
 }
 
@@ -178,21 +185,20 @@ async fn reconcile_cloneset(
         pods: written,
         claims: claims_written,
     };
-    let executed = execute(
-        context,
-        written,
-        cloneset,
-        observed,
-        &revision_plan.revisions,
-        &round,
-        now,
-    )
-    .await;
-    // The status is written whether or not the pass failed (a refused
-    // create must not freeze observedGeneration and the counts), with the
-    // failure in its condition.
-    let failure = failure(&round, executed.as_ref().err());
-    let progress_due = write_status(client, cloneset, &pods, &revision_plan, now, failure).await?;
+    let resolved = &revision_plan.revisions;
+    let executed = execute(context, written, cloneset, observed, resolved, &round, now).await;
+    let mut failures: Vec<_> = failure(&round, executed.as_ref().err())
+        .into_iter()
+        .collect();
+    if let Err(ReconcileError::NothingCreated(_)) = &executed {
+        let update = plan_after_refused_creates(&input);
+        let updated = execute(context, written, cloneset, observed, resolved, &update, now).await;
+        failures.extend(failure(&update, updated.as_ref().err()));
+    }
+    // The status is written whether or not a pass failed (a refused create
+    // must not freeze observedGeneration and the counts), with the failures
+    // in its conditions.
+    let progress_due = write_status(client, cloneset, &pods, &revision_plan, now, failures).await?;
     executed?;
     truncate_history(
         &revision_api,
@@ -231,7 +237,7 @@ fn failure(round: &Plan, error: Option<&ReconcileError>) -> Option<(&'static str
     }
 }
 
-/// Writes the status the round's pods and revisions give, with `failure`
+/// Writes the status the round's pods and revisions give, with `failures`
 /// noted, if it changed; returns the seconds left until its progress
 /// deadline, if one runs.
 async fn write_status(
@@ -240,7 +246,7 @@ async fn write_status(
     pods: &[Pod],
     revision_plan: &RevisionPlan,
     now: Timestamp,
-    failure: Option<(&str, String)>,
+    failures: Vec<(&str, String)>,
 ) -> Result<Option<i64>, ReconcileError> {
     let mut status = compute_status(
         cloneset,
@@ -250,7 +256,7 @@ async fn write_status(
         now,
     );
     status.collision_count = Some(revision_plan.collision_count);
-    if let Some((condition, message)) = failure {
+    for (condition, message) in failures {
         note_failure(&mut status, condition, &message, now);
     }
     let progress_due = progress_deadline(cloneset).and_then(|deadline| {
@@ -661,6 +667,25 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .contains("exceeded quota")
+        );
+    }
+
+    /// A scale-out the cluster refuses does not hold the rollout back: as
+    /// in OpenKruise, the round goes on to the Update pass.
+    #[tokio::test]
+    async fn a_refused_scale_out_leaves_the_round_to_the_update() {
+        let api = two_ready_pods("InPlaceIfPossible").await;
+        set_spec(&api, &json!({"updateStrategy": {"maxSurge": 1}}), 2).await;
+        new_main_image(&api).await;
+        api.refuse("POST", "pods");
+        let stored: Stored<CloneSet> = serde_json::from_value(api.get(CLONESET).unwrap()).unwrap();
+        let failed = reconcile(Arc::new(stored), context(&api, None, None)).await;
+        assert!(failed.is_err_and(|e| e.to_string().contains("exceeded quota")));
+        let images: Vec<Vec<String>> = pods(&api).await.iter().map(container_images).collect();
+        assert_eq!(images.len(), 2);
+        assert!(
+            images.contains(&vec!["main=nginx:2".to_owned(), "log=log:1".to_owned()]),
+            "{images:?}"
         );
     }
 

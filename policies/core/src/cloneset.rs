@@ -108,10 +108,22 @@ pub struct PlanInput<'a> {
 /// One reconcile round (spec 03 §5 step 6): Scale, and Update only if Scale
 /// wrote nothing.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
+    plan_passes(input, true)
+}
+
+/// The round again when its Scale pass could create none of the pods it
+/// planned (a quota, a webhook refusing them): as in OpenKruise, whose
+/// Scale pass counts as a change only once a pod is made, the Update pass
+/// runs instead, so a rollout goes on while new pods are refused.
+pub fn plan_after_refused_creates(input: &PlanInput<'_>) -> Plan {
+    plan_passes(input, false)
+}
+
+fn plan_passes(input: &PlanInput<'_>, with_scale: bool) -> Plan {
     let settings = Settings::resolve(input.cloneset, input.revisions, input.gates);
     let pods: Vec<&Pod> = input.pods.iter().filter(|pod| is_active(pod)).collect();
     let mut plan = Plan::default();
-    if scale::plan_scale(&settings, &pods, input.now, &mut plan) {
+    if with_scale && scale::plan_scale(&settings, &pods, input.now, &mut plan) {
         plan.stage = Stage::Scale;
     } else if update::plan_update(
         input.cloneset,
