@@ -74,7 +74,7 @@ pub struct CloneSetScaleStrategy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloneSetUpdateStrategy {
-    /// ReCreate (default), InPlaceIfPossible or InPlaceOnly.
+    /// ReCreate (default), InPlaceIfPossible, InPlaceOnly or OnDelete.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub type_: Option<CloneSetUpdateStrategyType>,
@@ -111,6 +111,9 @@ pub enum CloneSetUpdateStrategyType {
     InPlaceIfPossible,
     /// Update in place only; other changes are rejected.
     InPlaceOnly,
+    /// Never update a pod: a pod takes the new revision when it is deleted
+    /// and made again (OpenKruise v1.9's v1beta1 `type: OnDelete`).
+    OnDelete,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -243,7 +246,10 @@ impl KruiseObject for CloneSet {
             .max_unavailable
             .get_or_insert_with(|| IntOrString::String("20%".to_owned()));
         strategy.max_surge.get_or_insert(IntOrString::Int(0));
-        if type_ != CloneSetUpdateStrategyType::ReCreate {
+        if matches!(
+            type_,
+            CloneSetUpdateStrategyType::InPlaceIfPossible | CloneSetUpdateStrategyType::InPlaceOnly
+        ) {
             strategy
                 .in_place_update_strategy
                 .get_or_insert_with(Default::default);

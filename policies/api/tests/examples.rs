@@ -127,6 +127,31 @@ fn cloneset_examples_keep_openkruise_defaults() {
     assert_eq!(cloneset.spec.revision_history_limit, Some(10));
 }
 
+/// The in-place strategy is defaulted for the in-place types only, as
+/// OpenKruise's defaulting does; OnDelete (what v1beta1's `type: OnDelete`
+/// converts to) reads and gets none.
+#[test]
+fn only_in_place_types_get_an_in_place_strategy() {
+    for (type_, in_place) in [
+        ("ReCreate", false),
+        ("InPlaceIfPossible", true),
+        ("InPlaceOnly", true),
+        ("OnDelete", false),
+    ] {
+        let text = format!(
+            "apiVersion: apps.kruise.io/v1alpha1\nkind: CloneSet\nmetadata: {{name: demo}}\nspec:\n  selector: {{matchLabels: {{app: demo}}}}\n  template: {{metadata: {{labels: {{app: demo}}}}}}\n  updateStrategy: {{type: {type_}}}\n"
+        );
+        let mut cloneset: CloneSet = parse_object(&text, Strictness::Strict).unwrap();
+        cloneset.set_defaults();
+        let strategy = cloneset.spec.update_strategy.unwrap();
+        assert_eq!(
+            strategy.in_place_update_strategy.is_some(),
+            in_place,
+            "{type_}"
+        );
+    }
+}
+
 #[test]
 fn sidecarset_defaults_are_openkruises() {
     let text = std::fs::read_to_string(examples_dir().join("sidecarset-scs-demo.yaml")).unwrap();

@@ -93,6 +93,34 @@ fn recreate_update_2_of_2() {
     );
 }
 
+/// OnDelete (v1beta1, OpenKruise v1.9): no pod is updated, with or
+/// without surge or partition written beside it; a pod that goes is made
+/// again at the update revision; the status expects every pod updated.
+#[test]
+fn on_delete_updates_no_pod_and_remakes_at_the_new_revision() {
+    // 10 pods: the scale pass's 20 % (2 pods) would leave an update room.
+    let cs = with_type(
+        cloneset(10, "1", "1", "1"),
+        CloneSetUpdateStrategyType::OnDelete,
+    );
+    let revisions = image_revisions(REV_A, REV_B);
+    let all = pods("p", 10, REV_A);
+    let plan = run(&cs, &all, &revisions, NO_GATES);
+    assert!(plan.create.is_empty(), "no surge: {plan:?}");
+    assert!(plan.in_place_update.is_empty() && plan.mark_specified_delete.is_empty());
+    assert!(plan.delete.is_empty());
+    let plan = run(&cs, &all[..9], &revisions, NO_GATES);
+    assert_eq!(
+        plan.create,
+        vec![PodCreation {
+            revision: REV_B.into(),
+            count: 1
+        }]
+    );
+    let status = compute_status(&cs, &all, &revisions, None, t0());
+    assert_eq!(status.expected_updated_replicas, Some(10));
+}
+
 #[test]
 fn inplace_update() {
     let cs = with_type(

@@ -106,8 +106,10 @@ pub fn plan(
         .unwrap_or_default();
     let replicas = cloneset.spec.replicas.unwrap_or(1);
     let min_ready = number(&annotations, MIN_UPDATED_READY_ANNOTATION).unwrap_or(0);
-    if strategy == CloneSetUpdateStrategyType::ReCreate
-        || replicas < MIN_REPLICAS
+    if matches!(
+        strategy,
+        CloneSetUpdateStrategyType::ReCreate | CloneSetUpdateStrategyType::OnDelete
+    ) || replicas < MIN_REPLICAS
         || updated_ready < min_ready
     {
         return Predownload::Off;

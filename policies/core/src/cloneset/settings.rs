@@ -41,7 +41,15 @@ impl Settings {
     pub fn resolve(cloneset: &CloneSet, revisions: &Revisions, gates: FeatureGates) -> Self {
         let spec = &cloneset.spec;
         let replicas = bounded(spec.replicas.unwrap_or(1));
-        let strategy = spec.update_strategy.clone().unwrap_or_default();
+        let mut strategy = spec.update_strategy.clone().unwrap_or_default();
+        let on_delete = strategy.type_ == Some(CloneSetUpdateStrategyType::OnDelete);
+        if on_delete {
+            // No rolling update: partition 0, no surge, and the default
+            // 20 %, rounded down, for the scale pass (spec 03 §6.2).
+            strategy.partition = None;
+            strategy.max_surge = None;
+            strategy.max_unavailable = None;
+        }
         let paused = strategy.paused;
         let partition =
             calculate_partition_replicas(strategy.partition.as_ref(), Some(replicas)).unwrap_or(0);
@@ -61,7 +69,7 @@ impl Settings {
                     .as_ref()
                     .unwrap_or(&default_unavailable),
                 replicas,
-                max_surge == 0,
+                max_surge == 0 && !on_delete,
             )
             .unwrap_or(0),
         );

@@ -164,7 +164,8 @@ pub fn plan_update(
     now: Timestamp,
     plan: &mut Plan,
 ) -> bool {
-    if refresh(settings, pods, now, plan) || settings.paused {
+    let on_delete = settings.strategy == CloneSetUpdateStrategyType::OnDelete;
+    if refresh(settings, pods, now, plan) || settings.paused || on_delete {
         return plan.modifies();
     }
     let diffs = calculate_diffs(settings, pods, now, Pass::Update);
