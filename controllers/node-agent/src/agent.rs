@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::containerrecreaterequest::{ACTIVE_LABEL, NODE_NAME_LABEL};
+use kruise_api::containerrecreaterequest::{
+    ACTIVE_LABEL, ContainerRecreateRequestContainerRecreateState as ContainerState,
+    ContainerRecreateRequestPhase as Phase, NODE_NAME_LABEL,
+};
 use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
@@ -201,12 +204,7 @@ async fn round<R: ContainerRuntime>(
                     Ok(()) => states,
                     Err(error) => daemon::kill_failed(states, kill.index, &error.to_string()),
                 };
-                write_status(
-                    &requests,
-                    picked,
-                    json!({"containerRecreateStates": states}),
-                )
-                .await?;
+                record_kill(&requests, picked, states).await?;
             }
             Step::Complete { states, message } => {
                 let status = json!({
@@ -267,6 +265,34 @@ async fn stop<R: ContainerRuntime>(
     agent.runtime.stop_container(&kill.container_id, left).await
 }
 
+/// Writes the states after a stop. A stop cannot be planned again, so a
+/// conflict (the manager's snapshot written meanwhile) is retried once on
+/// the request as it now is, while it is still recreating: a lost
+/// `isKilled` would have a forced recreation stop the new instance too.
+async fn record_kill(
+    requests: &Api<Stored<ContainerRecreateRequest>>,
+    request: &ContainerRecreateRequest,
+    states: Vec<ContainerState>,
+) -> Result<(), Error> {
+    let name = request.metadata.name.as_deref().unwrap_or_default();
+    let written = json!({"containerRecreateStates": states});
+    match patch_status(requests, request, written.clone()).await {
+        Err(error) if kruise_controller_runtime::api_error::is_conflict(&error) => {}
+        other => return settled(other),
+    }
+    let fresh = requests
+        .get_opt(name)
+        .await
+        .map_err(failed("read the request again"))?
+        .and_then(|stored| stored.object.ok());
+    match fresh {
+        Some(fresh) if fresh.status.as_ref().map(|s| s.phase) == Some(Phase::Recreating) => {
+            settled(patch_status(requests, &fresh, written).await)
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn set_phase(
     requests: &Api<Stored<ContainerRecreateRequest>>,
     request: &ContainerRecreateRequest,
@@ -282,23 +308,36 @@ async fn write_status(
     request: &ContainerRecreateRequest,
     status: serde_json::Value,
 ) -> Result<(), Error> {
+    settled(patch_status(requests, request, status).await)
+}
+
+async fn patch_status(
+    requests: &Api<Stored<ContainerRecreateRequest>>,
+    request: &ContainerRecreateRequest,
+    status: serde_json::Value,
+) -> Result<(), kube::Error> {
     let patch = json!({
         "metadata": {"resourceVersion": request.metadata.resource_version},
         "status": status,
     });
     let name = request.metadata.name.as_deref().unwrap_or_default();
-    match requests
+    requests
         .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
-    {
-        Ok(_) => Ok(()),
+        .map(drop)
+}
+
+/// A status write's result where a conflict or a request gone is no
+/// failure: the next round plans from what is there.
+fn settled(result: Result<(), kube::Error>) -> Result<(), Error> {
+    match result {
         Err(error)
             if kruise_controller_runtime::api_error::is_conflict(&error)
                 || kruise_controller_runtime::api_error::is_not_found(&error) =>
         {
             Ok(())
         }
-        Err(error) => Err(failed("write the request's status")(error)),
+        other => other.map_err(failed("write the request's status")),
     }
 }
 
@@ -362,6 +401,42 @@ mod tests {
             .iter()
             .filter(|w| w.body["reason"] == "Killing" && w.body["regarding"]["name"] == "web")
             .count()
+    }
+
+    /// A stop's record survives the manager writing the request in
+    /// between (a conflict, retried on the fresh version), but is not
+    /// written over a request the manager has completed.
+    #[tokio::test]
+    async fn a_kill_is_recorded_over_a_concurrent_write() {
+        let path =
+            "/apis/apps.kruise.io/v1alpha1/namespaces/default/containerrecreaterequests/restart";
+        for (phase_then, recorded) in [("Recreating", true), ("Completed", false)] {
+            let api = FakeApi::default();
+            let mut request = serde_json::to_value(request("web-uid")).expect("json");
+            request["status"] = json!({"phase": "Recreating"});
+            let stale: ContainerRecreateRequest =
+                serde_json::from_value(api.insert("containerrecreaterequests", request))
+                    .expect("a request");
+            let requests: Api<Stored<ContainerRecreateRequest>> =
+                Api::namespaced(api.client(), "default");
+            // The manager's write in between.
+            let between = json!({"metadata": {"annotations": {"snapshot": "1"}},
+                                 "status": {"phase": phase_then}});
+            requests
+                .patch_status("restart", &PatchParams::default(), &Patch::Merge(between))
+                .await
+                .expect("the manager's write");
+            let killed: ContainerState = serde_json::from_value(
+                json!({"name": "app", "phase": "Recreating", "isKilled": true}),
+            )
+            .expect("a state");
+            record_kill(&requests, &stale, vec![killed])
+                .await
+                .expect("recorded");
+            let stored = api.get(path).expect("the request");
+            let states = &stored["status"]["containerRecreateStates"];
+            assert_eq!(states.is_array(), recorded, "{phase_then}: {stored}");
+        }
     }
 
     /// A request whose pod was replaced by one of the same name (a
