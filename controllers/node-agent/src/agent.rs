@@ -24,6 +24,7 @@ use kruise_api::containerrecreaterequest::{
     ContainerRecreateRequestPhase as Phase, NODE_NAME_LABEL,
 };
 use kruise_api::{ContainerRecreateRequest, Stored};
+use kruise_controller_runtime::api_error::{ApiFailure, is_conflict, unless_raced};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
 use kruise_controller_runtime::metrics;
@@ -277,7 +278,7 @@ async fn record_kill(
     let name = request.metadata.name.as_deref().unwrap_or_default();
     let written = json!({"containerRecreateStates": states});
     match patch_status(requests, request, written.clone()).await {
-        Err(error) if kruise_controller_runtime::api_error::is_conflict(&error) => {}
+        Err(error) if is_conflict(&error) => {}
         other => return settled(other),
     }
     let fresh = requests
@@ -330,15 +331,8 @@ async fn patch_status(
 /// A status write's result where a conflict or a request gone is no
 /// failure: the next round plans from what is there.
 fn settled(result: Result<(), kube::Error>) -> Result<(), Error> {
-    match result {
-        Err(error)
-            if kruise_controller_runtime::api_error::is_conflict(&error)
-                || kruise_controller_runtime::api_error::is_not_found(&error) =>
-        {
-            Ok(())
-        }
-        other => other.map_err(failed("write the request's status")),
-    }
+    unless_raced(result, "write the request's status")
+        .map_err(|ApiFailure { action, source }| Error::Api { action, source })
 }
 
 #[cfg(test)]

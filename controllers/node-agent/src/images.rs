@@ -312,45 +312,10 @@ fn describe(error: &RuntimeError, credential: Option<&Credential>) -> String {
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
-    use k8s_openapi::api::core::v1::Pod;
-    use kruise_api::nodeimage::SandboxConfig;
     use kruise_controller_runtime::testing::FakeApi;
 
     use super::*;
-    use crate::runtime::{ExecOutput, RuntimeContainer};
-    use crate::sim::SimRuntime;
-
-    /// A runtime whose registry never answers a pull.
-    #[derive(Clone)]
-    struct Hanging;
-
-    impl ContainerRuntime for Hanging {
-        async fn pod_containers(&self, _: &Pod) -> Result<Vec<RuntimeContainer>, RuntimeError> {
-            Ok(Vec::new())
-        }
-        async fn exec(
-            &self,
-            _: &str,
-            _: &[String],
-            _: Duration,
-        ) -> Result<ExecOutput, RuntimeError> {
-            Ok(ExecOutput::default())
-        }
-        async fn stop_container(&self, _: &str, _: Duration) -> Result<(), RuntimeError> {
-            Ok(())
-        }
-        async fn image_id(&self, _: &str) -> Result<Option<String>, RuntimeError> {
-            Ok(None)
-        }
-        async fn pull_image(
-            &self,
-            _: &str,
-            _: Option<&Credential>,
-            _: Option<&SandboxConfig>,
-        ) -> Result<String, RuntimeError> {
-            std::future::pending().await
-        }
-    }
+    use crate::sim::{SimPulls, SimRuntime};
 
     /// Two pull secrets and a registry that hangs: the attempt ends at its
     /// timeout, once, where it used to wait that long for each credential
@@ -374,7 +339,15 @@ mod tests {
         };
         let pull = Pull {
             client: api.client(),
-            runtime: Hanging,
+            // A registry that does not answer within the hour.
+            runtime: SimRuntime::with_pulls(
+                api.client(),
+                "node-1",
+                SimPulls {
+                    delay: Duration::from_hours(1),
+                    failure_rate: 0.0,
+                },
+            ),
             events: Events::new(api.client(), PULLER_NAME),
             on: node_image.object_ref(&()),
             report: Arc::new(Mutex::new(Report::waiting(&task))),
