@@ -109,6 +109,8 @@ export interface CloneSetPlan {
   delete: string[];
   markSpecifiedDelete: string[];
   lifecycle: { pod: string; to: string; markNotReady: boolean }[];
+  /** The pod's `KruisePodReady` condition to write for its lifecycle state. */
+  readiness: { pod: string; condition: { type: string; status: string; message?: string; lastTransitionTime?: string } }[];
   inPlaceUpdate: {
     pod: string;
     revision: string;
@@ -439,6 +441,7 @@ fn plan_to_json(plan: &Plan) -> Value {
             "to": c.to.as_str(),
             "markNotReady": c.mark_not_ready,
         })).collect::<Vec<_>>(),
+        "readiness": plan.readiness.iter().map(|c| json!({"pod": c.pod, "condition": c.condition})).collect::<Vec<_>>(),
         "inPlaceUpdate": plan.in_place_update.iter().map(|u| json!({
             "pod": u.pod,
             "revision": u.spec.revision,

@@ -403,7 +403,7 @@ export const apiChecks = {
   },
   'planCloneSet returns every key of the plan, even for an empty round'(api) {
     const plan = api.planCloneSet({ cloneset: { ...CLONESET, spec: { ...CLONESET.spec, replicas: 0 } }, pods: [], revisions: REVISIONS, now: NOW });
-    const keys = ['stage', 'create', 'delete', 'markSpecifiedDelete', 'lifecycle', 'inPlaceUpdate',
+    const keys = ['stage', 'create', 'delete', 'markSpecifiedDelete', 'lifecycle', 'readiness', 'inPlaceUpdate',
       'inPlaceComplete', 'applyGraced', 'templateHashFix', 'scaleUpLimited', 'errors', 'scaleDiffs',
       'updateDiffs', 'requeueAfterSeconds', 'modifies'];
     assertSame([...keys].sort(), Object.keys(plan).sort(), 'plan keys');

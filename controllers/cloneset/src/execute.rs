@@ -15,8 +15,9 @@ use kruise_core::cloneset::in_place_apply::{
 use kruise_core::cloneset::new_pod::{new_claims, new_instance_ids, new_pod};
 use kruise_core::cloneset::{
     CONDITION_IN_PLACE_UPDATE_READY, InPlaceUpdate, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
-    LABEL_SPECIFIED_DELETE, Plan, Revisions, is_active,
+    LABEL_SPECIFIED_DELETE, Plan, Revisions, hold_before_move, is_active,
 };
+use kruise_core::pod_readiness;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -70,6 +71,15 @@ pub(crate) async fn execute(
     writer.create_pods(&mut ids, revisions, plan, now).await?;
     writer.delete_pods(&plan.delete, pods).await?;
     writer.delete_claims(&claim_plan.delete, claims).await?;
+    let read = |name: &str| pods.iter().find(|p| p.name_any() == name);
+    // First, on the versions read: a later write to the same pod this
+    // round would make these conflicts.
+    for change in &plan.readiness {
+        if let Some(pod) = read(&change.pod) {
+            let patch = pod_readiness::status_patch(pod, &change.condition, now);
+            writer.patch_status(&change.pod, patch).await?;
+        }
+    }
     for name in &plan.mark_specified_delete {
         writer
             .patch(
@@ -79,16 +89,18 @@ pub(crate) async fn execute(
             .await?;
     }
     for change in &plan.lifecycle {
+        let hold = read(&change.pod)
+            .filter(|_| change.mark_not_ready)
+            .and_then(|pod| hold_before_move(pod, change.to, now));
+        if let Some(hold) = hold {
+            writer.patch_status(&change.pod, hold).await?;
+        }
         writer
             .patch(&change.pod, lifecycle_patch(change.to))
             .await?;
-        if change.mark_not_ready {
-            let not_ready = json!({"status": {"conditions": [{"type": "KruisePodReady", "status": "False", "lastTransitionTime": now.to_string()}]}});
-            writer.patch_status(&change.pod, not_ready).await?;
-        }
     }
     for update in &plan.in_place_update {
-        let Some(pod) = pods.iter().find(|p| p.name_any() == update.pod) else {
+        let Some(pod) = read(&update.pod) else {
             continue;
         };
         // The status write bumps the resourceVersion the update patch

@@ -393,7 +393,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use kruise_controller_runtime::expectations::WatchReads;
-    use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_REVISION};
+    use kruise_core::cloneset::{LABEL_INSTANCE_ID, LABEL_LIFECYCLE_STATE, LABEL_REVISION};
     use kube::api::ListParams;
     use serde_json::Value;
 
@@ -743,6 +743,73 @@ mod tests {
             condition("Ready"),
             Some((json!("False"), json!("ReadinessGatesNotReady")))
         );
+    }
+
+    /// A preDelete hook with `markPodNotReady`: the pod scaled in is held
+    /// not-ready (a `KruisePodReady` holder, on the version read) before
+    /// it moves to PreparingDelete, and the hold is written once.
+    #[tokio::test]
+    async fn a_marking_pre_delete_hook_holds_the_pod_before_it_moves() {
+        let api = FakeApi::default();
+        let mut hooked = cloneset(2, "nginx:1", "ReCreate");
+        hooked["spec"]["template"]["metadata"]["labels"]["hook"] = json!("true");
+        hooked["spec"]["template"]["spec"]["readinessGates"] =
+            json!([{"conditionType": "KruisePodReady"}]);
+        hooked["spec"]["lifecycle"] =
+            json!({"preDelete": {"labelsHandler": {"hook": "true"}, "markPodNotReady": true}});
+        api.insert("clonesets", hooked);
+        round(&api).await;
+        make_ready(&api).await;
+        round(&api).await;
+
+        set_spec(&api, &json!({"replicas": 1}), 2).await;
+        let before = api.seen().len();
+        round(&api).await;
+        let pod_writes: Vec<String> = writes(&api.seen()[before..])
+            .into_iter()
+            .filter(|w| w.contains(PODS))
+            .collect();
+        assert_eq!(
+            pod_writes,
+            [
+                format!("PATCH {PODS}/pod/status"),
+                format!("PATCH {PODS}/pod")
+            ]
+        );
+        let hold_write = api.seen()[before..]
+            .iter()
+            .find(|s| s.path.ends_with("/status") && s.path.contains(PODS))
+            .map(|s| s.body.clone())
+            .unwrap();
+        assert!(
+            hold_write["metadata"]["resourceVersion"].is_string(),
+            "{hold_write}"
+        );
+        let preparing = pods(&api)
+            .await
+            .into_iter()
+            .find(|p| p["metadata"]["labels"][LABEL_LIFECYCLE_STATE] == "PreparingDelete")
+            .unwrap();
+        let held = preparing["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "KruisePodReady")
+            .cloned()
+            .unwrap();
+        assert_eq!(held["status"], "False");
+        assert_eq!(
+            held["message"],
+            r#"[{"userAgent":"Lifecycle","key":"preDeleteHook"}]"#
+        );
+
+        let before = api.seen().len();
+        round(&api).await;
+        let holds = api.seen()[before..]
+            .iter()
+            .filter(|s| s.path.contains(PODS) && s.body.to_string().contains("KruisePodReady"))
+            .count();
+        assert_eq!(holds, 0, "held once");
     }
 
     /// A rollout under a progress deadline comes back at the deadline,

@@ -37,8 +37,12 @@ pub mod validation;
 
 pub use diffs::{Diffs, Pass, calculate_diffs};
 pub use in_place::{InPlaceUpdateSpec, calculate_in_place_update, is_in_place_update_completed};
+pub use lifecycle::{
+    PRE_DELETE_HOLD, PRE_UPDATE_HOLD, READINESS_USER_AGENT, hold_before_move, readiness_condition,
+};
 pub use plan::{
-    InPlaceCompletion, InPlaceUpdate, LifecycleChange, Plan, PlanError, PodCreation, Stage,
+    InPlaceCompletion, InPlaceUpdate, LifecycleChange, Plan, PlanError, PodCreation,
+    ReadinessChange, Stage,
 };
 pub use pod_state::{
     LifecycleState, condition, container_status, has_ready_condition, is_active, is_at_revision,

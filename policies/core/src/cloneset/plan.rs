@@ -1,5 +1,7 @@
 //! The planner's output: the writes the controller should make this round.
 
+use k8s_openapi::api::core::v1::PodCondition;
+
 use super::diffs::Diffs;
 use super::in_place::InPlaceUpdateSpec;
 use super::pod_state::LifecycleState;
@@ -13,12 +15,21 @@ pub struct PodCreation {
 
 /// A pod moved to another lifecycle state (label
 /// `lifecycle.apps.kruise.io/state`). `mark_not_ready` asks for the
-/// `KruisePodReady` condition to go False (`markPodNotReady` hooks).
+/// `KruisePodReady` condition to go False first (`markPodNotReady` hooks;
+/// [`super::hold_before_move`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LifecycleChange {
     pub pod: String,
     pub to: LifecycleState,
     pub mark_not_ready: bool,
+}
+
+/// The pod's `KruisePodReady` condition rewritten for its lifecycle state
+/// ([`super::readiness_condition`]): a hold taken or let go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadinessChange {
+    pub pod: String,
+    pub condition: PodCondition,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +70,7 @@ pub enum Stage {
     Update,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     pub stage: Stage,
     pub create: Vec<PodCreation>,
@@ -68,6 +79,7 @@ pub struct Plan {
     /// Pods to label `apps.kruise.io/specified-delete=true` (ReCreate update).
     pub mark_specified_delete: Vec<String>,
     pub lifecycle: Vec<LifecycleChange>,
+    pub readiness: Vec<ReadinessChange>,
     pub in_place_update: Vec<InPlaceUpdate>,
     pub in_place_complete: Vec<InPlaceCompletion>,
     /// In-place updates whose grace period has passed: apply the stored spec.
@@ -91,6 +103,7 @@ impl Plan {
             && self.delete.is_empty()
             && self.mark_specified_delete.is_empty()
             && self.lifecycle.is_empty()
+            && self.readiness.is_empty()
             && self.in_place_update.is_empty()
             && self.in_place_complete.is_empty()
             && self.apply_graced.is_empty()

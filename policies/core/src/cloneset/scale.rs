@@ -34,16 +34,14 @@ fn delete_or_prepare(pod: &Pod, settings: &Settings, plan: &mut Plan) -> bool {
     true
 }
 
+/// OpenKruise's `IsLifecycleMarkPodNotReady`: the preDelete or the
+/// inPlaceUpdate hook (preNormal's flag holds nothing).
 fn any_hook_marks_not_ready(settings: &Settings) -> bool {
     let lifecycle = &settings.lifecycle;
-    [
-        &lifecycle.pre_delete,
-        &lifecycle.in_place_update,
-        &lifecycle.pre_normal,
-    ]
-    .into_iter()
-    .flatten()
-    .any(|hook| hook.mark_pod_not_ready)
+    [&lifecycle.pre_delete, &lifecycle.in_place_update]
+        .into_iter()
+        .flatten()
+        .any(|hook| hook.mark_pod_not_ready)
 }
 
 /// Fills `plan` with this round's scaling writes; returns whether Scale

@@ -12,8 +12,10 @@ use super::diffs::{Pass, calculate_diffs};
 use super::in_place::{
     awaits_in_place_ready, calculate_in_place_update, is_in_place_update_completed,
 };
-use super::lifecycle::{hook_configured, is_fully_hooked, is_hooked};
-use super::plan::{InPlaceCompletion, InPlaceUpdate, LifecycleChange, Plan, PlanError};
+use super::lifecycle::{hook_configured, is_fully_hooked, is_hooked, readiness_condition};
+use super::plan::{
+    InPlaceCompletion, InPlaceUpdate, LifecycleChange, Plan, PlanError, ReadinessChange,
+};
 use super::pod_state::is_specified_delete;
 use super::pod_state::{
     LifecycleState, annotation, is_at_revision, is_available, label, lifecycle_state, name,
@@ -82,6 +84,12 @@ fn refresh(settings: &Settings, pods: &[&Pod], now: Timestamp, plan: &mut Plan) 
                 pod: pod_name.clone(),
                 to,
                 mark_not_ready: false,
+            });
+        }
+        if let Some(condition) = readiness_condition(&settings.lifecycle, pod, now) {
+            plan.readiness.push(ReadinessChange {
+                pod: pod_name.clone(),
+                condition,
             });
         }
         if label(pod, LABEL_POD_TEMPLATE_HASH).is_none()
