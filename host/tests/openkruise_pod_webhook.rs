@@ -53,9 +53,9 @@ use std::sync::{Arc, Mutex};
 use common::{module_file, runtime, scratch_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{SidecarSet, Strictness, object_from_value};
-use kruise_core::launch_priority;
 use kruise_core::sidecarset::validation::{ClusterView, validate};
 use kruise_core::sidecarset::{InjectionContext, inject};
+use kruise_core::{launch_priority, pod_readiness};
 use kruise_policy_modules::fixtures::{openkruise_webhook_cases, pod_create};
 use kruise_policy_modules::{LAUNCH_PRIORITY, SIDECARSET, policies_yml_entry};
 use kruise_wasm_host::admission::AdmissionRequest;
@@ -86,7 +86,7 @@ fn native(input: &Value, stored: &[Value]) -> Result<Value, String> {
     let (namespace, labels) = namespace_of(input);
     let labels: Option<BTreeMap<String, String>> =
         labels.map(|l| serde_json::from_value(l.clone()).unwrap_or_default());
-    let pod: Pod = serde_json::from_value(input["pod"].clone()).unwrap();
+    let mut pod: Pod = serde_json::from_value(input["pod"].clone()).unwrap();
     let context = InjectionContext {
         sidecar_sets: &sidecar_sets,
         namespace_labels: labels.as_ref(),
@@ -95,6 +95,8 @@ fn native(input: &Value, stored: &[Value]) -> Result<Value, String> {
         revisions: &[],
         random_draw: None,
     };
+    // OpenKruise's first step; none of the recorded pods is a workload's.
+    pod_readiness::add_gate_for_workload(&mut pod);
     let injected = inject(&pod, &context).map_err(|e| e.to_string())?.pod;
     let launched = launch_priority::apply(&injected, "bcdfg")
         .map_err(|e| e.to_string())?

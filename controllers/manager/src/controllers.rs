@@ -9,6 +9,7 @@ use kruise_crr_controller::CONTROLLER_NAME as CRR;
 pub use kruise_imagepull_controller::Options as ImagePullOptions;
 use kruise_imagepull_controller::{job, nodeimage};
 use kruise_launchpriority_controller::CONTROLLER_NAME as LAUNCH_PRIORITY;
+use kruise_podreadiness_controller::CONTROLLER_NAME as POD_READINESS;
 use kruise_resourcedistribution_controller::CONTROLLER_NAME as RESOURCE_DISTRIBUTION;
 use kruise_sidecarset_controller::CONTROLLER_NAME as SIDECARSET;
 use kube::Client;
@@ -35,6 +36,7 @@ impl Controllers {
             nodeimage::JOBS_CACHE,
             kruise_imagepull_controller::MIRRORS_CACHE,
             LAUNCH_PRIORITY,
+            POD_READINESS,
             RESOURCE_DISTRIBUTION,
             SIDECARSET,
         ];
@@ -49,7 +51,7 @@ impl Controllers {
         let w = || watches.clone();
         let node_images = kruise_imagepull_controller::node_image_watch(client.clone());
         let mirrors = kruise_imagepull_controller::mirror_watch(client.clone(), &image_pull);
-        let controllers: [(&'static str, BoxFuture<'static, ()>); 7] = [
+        let controllers: [(&'static str, BoxFuture<'static, ()>); 8] = [
             (CLONESET, kruise_cloneset_controller::run(c(), w()).boxed()),
             (CRR, kruise_crr_controller::run(c()).boxed()),
             (
@@ -70,6 +72,10 @@ impl Controllers {
             (
                 LAUNCH_PRIORITY,
                 kruise_launchpriority_controller::run(c(), w()).boxed(),
+            ),
+            (
+                POD_READINESS,
+                kruise_podreadiness_controller::run(c(), w()).boxed(),
             ),
             (
                 RESOURCE_DISTRIBUTION,

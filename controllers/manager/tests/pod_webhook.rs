@@ -200,6 +200,7 @@ async fn pods_to_delete_are_pods_of_the_cloneset(
     pods: &Api<Pod>,
 ) {
     demo_cloneset_ready(kubeconfig, client).await;
+    workload_pods_are_ready_through_their_gate(pods).await;
     let delete = |name: &str| {
         let patch = json!({"spec": {"scaleStrategy": {"podsToDelete": [name]}}}).to_string();
         kubectl_output(
@@ -241,6 +242,41 @@ async fn pods_to_delete_are_pods_of_the_cloneset(
             .then_some(())
     })
     .await;
+}
+
+/// The CloneSet's pods got the `KruisePodReady` gate from the pod webhook
+/// and the condition True from the pod readiness controller: they are
+/// Ready (the CloneSet counted them so), and a pod of no workload has no
+/// gate.
+async fn workload_pods_are_ready_through_their_gate(pods: &Api<Pod>) {
+    let selected = pods
+        .list(&ListParams::default().labels("app=demo"))
+        .await
+        .unwrap();
+    assert!(!selected.items.is_empty());
+    for pod in &selected.items {
+        let pod = serde_json::to_value(pod).unwrap();
+        assert!(
+            pod["spec"]["readinessGates"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"conditionType": "KruisePodReady"})),
+            "{pod:#}"
+        );
+        let condition = |type_: &str| {
+            pod["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == type_)
+                .map(|c| c["status"].clone())
+        };
+        assert_eq!(condition("KruisePodReady"), Some(json!("True")), "{pod:#}");
+        assert_eq!(condition("Ready"), Some(json!("True")), "{pod:#}");
+    }
+    let plain = pods.get("test-pod").await.unwrap();
+    let gates = plain.spec.unwrap().readiness_gates.unwrap_or_default();
+    assert!(gates.is_empty(), "{gates:?}");
 }
 
 /// A SidecarSet with `resourcesPolicy` passes the API server's schema and

@@ -1,8 +1,13 @@
-//! Kubewarden policy: OpenKruise's container launch priority. On Pod CREATE
-//! every container is gated on its priority's key in the `<pod>-barrier`
-//! ConfigMap; everything else is accepted unchanged. Takes no settings.
+//! Kubewarden policy: the steps of OpenKruise's pod webhook that need no
+//! cluster reads. On Pod CREATE a pod whose controller is an OpenKruise
+//! workload gets the `KruisePodReady` readiness gate (spec 00 §1.5), and
+//! every container of an ordered pod is gated on its priority's key in the
+//! `<pod>-barrier` ConfigMap; everything else is accepted unchanged. Takes
+//! no settings.
 
+use k8s_openapi::api::core::v1::Pod;
 use kruise_core::launch_priority::{self, NAME_SUFFIX_ALPHABET};
+use kruise_core::pod_readiness;
 /// The policy takes no settings; any given are refused.
 pub use kruise_policy_support::{
     NoSettings as Settings, validate_no_settings as validate_settings,
@@ -12,18 +17,24 @@ use kruise_policy_support::{Outcome, PodAdmission, pod_to_create, read_pod_reque
 /// The decision for one admission request. `name_suffix` names a pod that
 /// only has `generateName`.
 pub fn evaluate(request: &PodAdmission<'_>, name_suffix: &str) -> Outcome {
-    let pod = match pod_to_create(request) {
+    let mut pod = match pod_to_create(request) {
         Ok(Some(pod)) => pod,
         Ok(None) => return Outcome::Accept,
         Err(message) => return Outcome::bad_request(message),
     };
+    let gated = pod_readiness::add_gate_for_workload(&mut pod);
     match launch_priority::apply(&pod, name_suffix) {
-        Ok(None) => Outcome::Accept,
-        Ok(Some(mutated)) => match serde_json::to_value(mutated) {
-            Ok(object) => Outcome::Mutate(object),
-            Err(e) => Outcome::bad_request(format!("cannot write the pod: {e}")),
-        },
+        Ok(None) if !gated => Outcome::Accept,
+        Ok(None) => mutated(&pod),
+        Ok(Some(ordered)) => mutated(&ordered),
         Err(e) => Outcome::bad_request(e.to_string()),
+    }
+}
+
+fn mutated(pod: &Pod) -> Outcome {
+    match serde_json::to_value(pod) {
+        Ok(object) => Outcome::Mutate(object),
+        Err(e) => Outcome::bad_request(format!("cannot write the pod: {e}")),
     }
 }
 
@@ -102,6 +113,46 @@ mod tests {
         };
         let key = &object["spec"]["containers"][1]["env"][0]["valueFrom"]["configMapKeyRef"];
         assert_eq!(key, &json!({"name": "p-barrier", "key": "p_-1"}));
+    }
+
+    #[test]
+    fn a_pod_of_an_openkruise_workload_gets_the_readiness_gate() {
+        let owner = |api_version: &str| {
+            json!([{"apiVersion": api_version, "kind": "CloneSet", "name": "cs",
+                    "uid": "u", "controller": true}])
+        };
+        let pod = |api_version: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "ownerReferences": owner(api_version)},
+                "spec": {"containers": [{"name": "a"}]}})
+        };
+        let Outcome::Mutate(object) =
+            PodCreate::new(&pod("apps.kruise.io/v1alpha1")).evaluate("bbbbb")
+        else {
+            panic!("expected a mutation");
+        };
+        assert_eq!(
+            object["spec"]["readinessGates"],
+            json!([{"conditionType": "KruisePodReady"}])
+        );
+        assert_eq!(
+            PodCreate::new(&pod("apps/v1")).evaluate("bbbbb"),
+            Outcome::Accept
+        );
+
+        // With an ordered pod, both.
+        let mut ordered = pod("apps.kruise.io/v1beta1");
+        ordered["metadata"]["annotations"] =
+            json!({"apps.kruise.io/container-launch-priority": "Ordered"});
+        ordered["spec"]["containers"] = json!([{"name": "a"}, {"name": "b"}]);
+        let Outcome::Mutate(object) = PodCreate::new(&ordered).evaluate("bbbbb") else {
+            panic!("expected a mutation");
+        };
+        assert_eq!(
+            object["spec"]["readinessGates"],
+            json!([{"conditionType": "KruisePodReady"}])
+        );
+        assert!(object["spec"]["containers"][1]["env"].is_array());
     }
 
     #[test]
