@@ -39,6 +39,11 @@ pub struct Owned {
     /// Every claim with an instance id in the namespace (none read when
     /// the CloneSet has no claim templates).
     pub claims: Vec<PersistentVolumeClaim>,
+    /// Pods it controls whose labels its selector no longer matches (a
+    /// user relabelled them out of service), to be released. Read from the
+    /// pod watch only: none while it cannot be trusted, and a later round
+    /// releases them.
+    pub strays: Vec<Pod>,
 }
 
 /// The pods and revisions `cloneset` (with `uid`) controls; `key` is its
@@ -80,10 +85,12 @@ pub async fn read(
     let Some(claims) = owner.claims().await? else {
         return Ok(None);
     };
+    let strays = owner.strays();
     Ok(Some(Owned {
         pods,
         revisions,
         claims,
+        strays,
     }))
 }
 
@@ -137,6 +144,24 @@ impl Owner<'_> {
                 .map(|c| PersistentVolumeClaim::clone(c))
                 .collect()
         }))
+    }
+
+    /// Its pods that its selector no longer matches (spec 03 §3), as the
+    /// pod watch has them.
+    fn strays(&self) -> Vec<Pod> {
+        let selector = &self.cloneset.spec.selector;
+        let stray = |pod: &Pod| {
+            pod.namespace().as_deref() == Some(self.namespace)
+                && is_controlled_by(pod.meta(), self.uid)
+                && !matches(selector, pod.labels()).unwrap_or(true)
+        };
+        self.context
+            .pods
+            .cached(self.key, stray)
+            .unwrap_or_default()
+            .iter()
+            .map(|pod| Pod::clone(pod))
+            .collect()
     }
 
     /// The objects of `reads` in the CloneSet's namespace that its

@@ -23,7 +23,7 @@ use serde_json::json;
 use kruise_controller_runtime::api_error;
 use kruise_controller_runtime::expectations::OwnerWrites;
 use kruise_controller_runtime::status::replace_status;
-use kruise_core::owner::{is_controlled_by, is_orphan};
+use kruise_core::owner::{is_controlled_by, is_orphan, release_patch};
 
 use super::CONTROLLER_NAME;
 use super::execute::{Observed, Writes, execute};
@@ -125,6 +125,7 @@ async fn reconcile_cloneset(
         pods,
         mut revisions,
         claims,
+        strays,
     }) = reads::read(context, cloneset, &namespace, &uid, &key).await?
     else {
         tracing::debug!(cloneset = key, "waiting for the watches to show our writes");
@@ -141,6 +142,7 @@ async fn reconcile_cloneset(
         prune_pods_to_delete(client, cloneset, &kept).await?;
         return Ok(Action::requeue(STORE_WAIT));
     }
+    release(client, written, &namespace, &uid, &strays).await?;
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
     let revision_plan = sync_revisions(
         &revision_api,
@@ -215,6 +217,33 @@ async fn reconcile_cloneset(
     let due = progress_due.map_or(planned, |d| d.min(planned));
     let requeue = Duration::from_secs(u64::try_from(due).unwrap_or(0).max(1));
     Ok(Action::requeue(requeue))
+}
+
+/// Releases pods the CloneSet controls but no longer selects (spec 03 §3):
+/// their owner reference goes, so deleting the CloneSet leaves them, and
+/// the round (which never counted them) makes their replacements. A pod
+/// written or deleted meanwhile is left to the next round.
+async fn release(
+    client: &kube::Client,
+    written: OwnerWrites<'_>,
+    namespace: &str,
+    owner_uid: &str,
+    strays: &[Pod],
+) -> Result<(), ReconcileError> {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    for pod in strays {
+        let name = pod.name_any();
+        let patch = release_patch(&pod.metadata, owner_uid);
+        match pods
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(released) => written.wrote(&released),
+            Err(e) if api_error::is_conflict(&e) || api_error::is_not_found(&e) => {}
+            Err(e) => return Err(ReconcileError::api(format!("release pod {name}"))(e)),
+        }
+    }
+    Ok(())
 }
 
 /// The condition a round's failure sets and its message (spec 03 §1.3):
@@ -909,6 +938,52 @@ mod tests {
             .count();
         assert_eq!(created_again, 0, "planned from the store, which has both");
         assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
+    }
+
+    /// A pod relabelled out of the selector is released (its owner
+    /// reference goes, on the version read) and replaced; a pod of
+    /// another owner is left alone.
+    #[tokio::test]
+    async fn a_pod_the_selector_no_longer_matches_is_released_and_replaced() {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), None);
+        round_in(&api, &context).await;
+        let stray = pods(&api).await[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
+        let relabel = json!({"metadata": {"labels": {"app": "debugging"}}});
+        pods_api
+            .patch(&stray, &PatchParams::default(), &Patch::Merge(relabel))
+            .await
+            .unwrap();
+        let mut foreign = pods(&api).await[1].clone();
+        foreign["metadata"]["name"] = json!("foreign");
+        foreign["metadata"]["labels"]["app"] = json!("debugging");
+        foreign["metadata"]["ownerReferences"][0]["uid"] = json!("other-uid");
+        api.insert("pods", foreign);
+        pod_watch.apply(listed(&api).await).await;
+
+        let before = api.seen().len();
+        round_in(&api, &context).await;
+        let released = api.seen()[before..]
+            .iter()
+            .find(|s| s.method == "PATCH" && s.path.ends_with(&format!("/{stray}")))
+            .map(|s| s.body.clone())
+            .unwrap();
+        assert!(released["metadata"]["resourceVersion"].is_string());
+        let stored = api.get(&format!("{PODS}/{stray}")).unwrap();
+        assert_eq!(stored["metadata"]["ownerReferences"], json!([]));
+        let other = api.get(&format!("{PODS}/foreign")).unwrap();
+        assert_eq!(other["metadata"]["ownerReferences"][0]["uid"], "other-uid");
+        let created = writes(&api.seen()[before..])
+            .into_iter()
+            .filter(|w| w == &format!("POST {PODS}"))
+            .count();
+        assert_eq!(created, 1, "a replacement for the released pod");
     }
 
     /// A round that waits for the watches and sends nothing.

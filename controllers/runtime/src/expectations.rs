@@ -207,6 +207,16 @@ where
         }
     }
 
+    /// The store's objects that `keep` keeps, once it holds `owner`'s
+    /// writes; None otherwise, without asking the API server: for what a
+    /// round can leave to a later one.
+    pub fn cached(&self, owner: &str, keep: impl Fn(&K) -> bool) -> Option<Vec<Arc<K>>> {
+        match self.read(owner) {
+            StoreRead::Current(objects) => Some(objects.into_iter().filter(|o| keep(o)).collect()),
+            StoreRead::Behind | StoreRead::ReadFresh => None,
+        }
+    }
+
     fn read(&self, owner: &str) -> StoreRead<K> {
         let Some(watch) = self.watch.as_ref().filter(|w| w.is_listed()) else {
             return StoreRead::ReadFresh;
