@@ -5,11 +5,16 @@
 //! sent to the API server by verb and resource. The manager serves them at
 //! `/metrics`.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
+use kube::Resource;
+use kube::runtime::controller::Action;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -140,44 +145,104 @@ pub fn global() -> &'static Metrics {
     &METRICS
 }
 
+/// How long an object whose round panicked waits for its next one (watch
+/// events of it start one sooner).
+pub const AFTER_PANIC: Duration = Duration::from_mins(1);
+
 /// Wraps a controller's reconcile function so each call is timed and
 /// counted under `controller` (pass the result to `Controller::run`).
-pub fn timed<K, C, T, E, Fut>(
+///
+/// A round that panics costs only its object: the panic is logged with the
+/// object's name, counted as a failure, and the object comes back after
+/// [`AFTER_PANIC`], while the controller goes on with the others. (Locks
+/// shared between rounds are taken whatever a panic left them in, so a
+/// panic cannot wedge the next round.)
+pub fn timed<K, C, E, Fut>(
     controller: &'static str,
     reconcile: impl Fn(Arc<K>, Arc<C>) -> Fut,
-) -> impl Fn(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<T, E>>
+) -> impl Fn(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<Action, E>>
 where
-    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    K: Resource,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
     move |object, context| {
-        let work = reconcile(object, context);
+        let key = format!(
+            "{}/{}",
+            object.meta().namespace.as_deref().unwrap_or_default(),
+            object.meta().name.as_deref().unwrap_or_default()
+        );
+        let work = AssertUnwindSafe(reconcile(object, context)).catch_unwind();
         Box::pin(async move {
             let started = Instant::now();
-            let result = work.await;
-            global().record(controller, started.elapsed(), result.is_ok());
+            let (result, succeeded) = match work.await {
+                Ok(result) => {
+                    let succeeded = result.is_ok();
+                    (result, succeeded)
+                }
+                Err(panic) => {
+                    tracing::error!(
+                        controller,
+                        object = %key,
+                        panic = panic_message(panic.as_ref()),
+                        retry_in = ?AFTER_PANIC,
+                        "round panicked; the object waits, the others go on"
+                    );
+                    (Ok(Action::requeue(AFTER_PANIC)), false)
+                }
+            };
+            global().record(controller, started.elapsed(), succeeded);
             result
         })
     }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    async fn halve(n: Arc<u32>, _context: Arc<()>) -> Result<u32, String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// A round over a ConfigMap named by a number: even ones succeed, odd
+    /// ones fail, and 13 panics.
+    async fn halve(object: Arc<ConfigMap>, _context: Arc<()>) -> Result<Action, String> {
+        let n: u32 = object
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        assert!(n != 13, "unlucky {n}");
         if n.is_multiple_of(2) {
-            Ok(*n / 2)
+            Ok(Action::await_change())
         } else {
             Err(format!("{n} is odd"))
         }
     }
 
+    fn numbered(n: u32) -> Arc<ConfigMap> {
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some(n.to_string());
+        Arc::new(object)
+    }
+
     #[tokio::test]
     async fn every_reconcile_is_timed_and_failures_counted() {
         let reconcile = timed("test-halver", halve);
-        assert_eq!(reconcile(Arc::new(4), Arc::new(())).await, Ok(2));
-        assert!(reconcile(Arc::new(3), Arc::new(())).await.is_err());
-        assert!(reconcile(Arc::new(5), Arc::new(())).await.is_err());
+        assert_eq!(
+            reconcile(numbered(4), Arc::new(())).await,
+            Ok(Action::await_change())
+        );
+        assert!(reconcile(numbered(3), Arc::new(())).await.is_err());
+        assert!(reconcile(numbered(5), Arc::new(())).await.is_err());
         let text = global().encode();
         assert!(
             text.contains("kruise_reconcile_duration_seconds_count{controller=\"test-halver\"} 3"),
@@ -187,6 +252,33 @@ mod tests {
             text.contains("kruise_reconcile_failures_total{controller=\"test-halver\"} 2"),
             "{text}"
         );
+    }
+
+    /// A panicking round costs its object a minute's wait, counted as a
+    /// failure; the next round of another object runs as ever.
+    #[tokio::test]
+    async fn a_round_that_panics_costs_only_its_object() {
+        let reconcile = timed("test-unlucky", halve);
+        assert_eq!(
+            reconcile(numbered(13), Arc::new(())).await,
+            Ok(Action::requeue(AFTER_PANIC))
+        );
+        assert_eq!(
+            reconcile(numbered(2), Arc::new(())).await,
+            Ok(Action::await_change())
+        );
+        let text = global().encode();
+        assert!(
+            text.contains("kruise_reconcile_duration_seconds_count{controller=\"test-unlucky\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kruise_reconcile_failures_total{controller=\"test-unlucky\"} 1"),
+            "{text}"
+        );
+        assert_eq!(panic_message(&"text"), "text");
+        assert_eq!(panic_message(&String::from("owned")), "owned");
+        assert_eq!(panic_message(&7_u8), "(no message)");
     }
 
     #[test]
