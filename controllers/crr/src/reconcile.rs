@@ -225,8 +225,8 @@ async fn report_unreadable(
 /// label), a finished one is deleted by UID once its TTL has passed and
 /// kept before, a recreating one gets the snapshot of its pod's new
 /// containers, and an API failure is the round's error. (The pod's
-/// `KruisePodReady` condition is written with a strategic merge patch,
-/// which the fake does not tell from a merge patch: not covered here.)
+/// `KruisePodReady` hold and its release are checked end to end, in
+/// controllers/manager/tests/container_recreate.rs.)
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
