@@ -132,9 +132,11 @@ pub(crate) async fn execute(
         }
     }
     for completion in &plan.in_place_complete {
-        writer
-            .patch_status(&completion.pod, ready_status_patch(completion, now))
-            .await?;
+        if let Some(pod) = read(&completion.pod) {
+            writer
+                .patch_status(&completion.pod, ready_status_patch(pod, completion, now))
+                .await?;
+        }
     }
     for (name, hash) in &plan.template_hash_fix {
         writer

@@ -774,6 +774,47 @@ mod tests {
         );
     }
 
+    /// A new pod with OpenKruise's `KruisePodReady` gate (the pod webhook
+    /// gives it) is opened with its `InPlaceUpdateReady` gate, once
+    /// scheduled, in one status write per pod.
+    #[tokio::test]
+    async fn a_new_pods_two_gates_open_in_one_write() {
+        let api = FakeApi::default();
+        let mut gated = cloneset(2, "nginx:1", "ReCreate");
+        gated["spec"]["template"]["spec"]["readinessGates"] =
+            json!([{"conditionType": "KruisePodReady"}]);
+        api.insert("clonesets", gated);
+        round(&api).await;
+        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
+        for pod in pods(&api).await {
+            let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+            let scheduled = json!({"spec": {"nodeName": "node-1"}});
+            pods_api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(scheduled))
+                .await
+                .unwrap();
+        }
+        let before = api.seen().len();
+        round(&api).await;
+        let pod_writes: Vec<String> = writes(&api.seen()[before..])
+            .into_iter()
+            .filter(|w| w.contains(PODS))
+            .collect();
+        assert_eq!(pod_writes, vec![format!("PATCH {PODS}/pod/status"); 2]);
+        for pod in pods(&api).await {
+            let status = |type_: &str| {
+                pod["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == type_)
+                    .map(|c| c["status"].clone())
+            };
+            assert_eq!(status("InPlaceUpdateReady"), Some(json!("True")), "{pod}");
+            assert_eq!(status("KruisePodReady"), Some(json!("True")), "{pod}");
+        }
+    }
+
     /// A preDelete hook with `markPodNotReady`: the pod scaled in is held
     /// not-ready (a `KruisePodReady` holder, on the version read) before
     /// it moves to PreparingDelete, and the hold is written once.

@@ -9,6 +9,9 @@
 //!
 //! The decision is [`kruise_core::pod_readiness::first_condition`], made
 //! from the manager's shared pod watch: only pods it picks reach a round.
+//! A CloneSet's new pod is left to the CloneSet, which writes the
+//! condition with the `InPlaceUpdateReady` gate it opens once the pod is
+//! scheduled (`left_to_workload`): one write per pod instead of two.
 //! The write carries the resourceVersion it was decided on, so a holder
 //! that wrote first is never overwritten; the watch then shows the
 //! condition and nothing more is done.
@@ -16,13 +19,13 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use kruise_controller_runtime::api_error::{ApiFailure, unless_raced};
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::shared::SharedWatches;
 use kruise_controller_runtime::{metrics, outcome, readiness};
-use kruise_core::pod_readiness::{first_condition, status_patch};
+use kruise_core::pod_readiness::{first_condition, left_to_workload, status_patch};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Api, Client, ResourceExt};
@@ -41,7 +44,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
     let pods = watches.pods();
     let needing = pods
         .subscribe(CONTROLLER_NAME)
-        .filter(|pod| std::future::ready(first_condition(pod, Timestamp::now()).is_some()));
+        .filter(|pod| std::future::ready(needs_condition(pod, Timestamp::now()).is_some()));
     let controller = Controller::for_shared_stream(needing, pods.store());
     readiness::global().track(CONTROLLER_NAME, pods.listed());
     controller
@@ -60,7 +63,7 @@ pub async fn run(client: Client, watches: SharedWatches) {
 /// the watch brings the pod as it is now.
 async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
     let now = Timestamp::now();
-    let Some(condition) = first_condition(&pod, now) else {
+    let Some(condition) = needs_condition(&pod, now) else {
         return Ok(Action::await_change());
     };
     let pods: Api<Pod> =
@@ -78,6 +81,12 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
     unless_raced(written, "write the pod's KruisePodReady condition")?;
     context.backoff.reset(&pod_key(&pod));
     Ok(Action::await_change())
+}
+
+/// The condition this controller writes on `pod`, if any: not on a pod
+/// whose workload writes it with its own first status write.
+fn needs_condition(pod: &Pod, now: Timestamp) -> Option<PodCondition> {
+    first_condition(pod, now).filter(|_| !left_to_workload(pod))
 }
 
 // The signature is kube-runtime's error policy.
@@ -176,6 +185,17 @@ mod tests {
             .unwrap();
         assert_eq!(round_on(&api, stale).await, Action::await_change());
         assert!(conditions(&api).contains(&("KruisePodReady".into(), "False".into())));
+    }
+
+    #[tokio::test]
+    async fn a_cloneset_pod_waiting_for_its_in_place_gate_is_left_to_the_cloneset() {
+        let api = FakeApi::default();
+        let mut pod = gated_pod();
+        pod["spec"]["readinessGates"] = json!([{"conditionType": "KruisePodReady"},
+                                               {"conditionType": "InPlaceUpdateReady"}]);
+        api.insert("pods", pod.clone());
+        round_on(&api, pod).await;
+        assert!(api.writes().is_empty());
     }
 
     #[tokio::test]

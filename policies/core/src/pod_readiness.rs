@@ -73,6 +73,26 @@ pub fn first_condition(pod: &Pod, now: Timestamp) -> Option<PodCondition> {
     })
 }
 
+/// Whether the readiness controller leaves the first condition to the
+/// pod's workload: a pod whose `InPlaceUpdateReady` gate (every CloneSet
+/// pod's) has no condition yet gets both in the one write that opens that
+/// gate (`cloneset::in_place_apply::ready_status_patch`). Once that gate
+/// has a condition, a pod still without this one is the controller's.
+pub fn left_to_workload(pod: &Pod) -> bool {
+    let gate = crate::cloneset::CONDITION_IN_PLACE_UPDATE_READY;
+    let gated = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .any(|g| g.condition_type == gate);
+    let opened = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == gate));
+    gated && !opened
+}
+
 /// The pod declares the `KruisePodReady` readiness gate.
 pub fn has_gate(pod: &Pod) -> bool {
     pod.spec

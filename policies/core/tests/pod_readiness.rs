@@ -17,7 +17,7 @@ use kruise_core::cloneset::{
 };
 use kruise_core::pod_readiness::{
     Holder, KRUISE_POD_READY, add_gate_for_workload, first_condition, hold, hold_exactly, holders,
-    owned_by_kruise,
+    left_to_workload, owned_by_kruise,
 };
 use serde_json::json;
 
@@ -152,6 +152,26 @@ fn the_first_condition_is_written_once_for_a_gated_pod() {
     // Held before the controller came to it: not made True.
     let held = held_by(&[holder("CRR", "x")]);
     assert_eq!(first_condition(&held, t0()), None);
+}
+
+#[test]
+fn a_pod_whose_in_place_gate_is_still_closed_is_left_to_its_workload() {
+    let with = |gates: serde_json::Value, conditions: serde_json::Value| {
+        pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "app"}], "readinessGates": gates},
+            "status": {"conditions": conditions},
+        }))
+    };
+    let ours = json!({"conditionType": KRUISE_POD_READY});
+    let in_place = json!({"conditionType": "InPlaceUpdateReady"});
+    assert!(!left_to_workload(&with(json!([ours]), json!([]))));
+    assert!(left_to_workload(&with(json!([ours, in_place]), json!([]))));
+    let opened = json!([{"type": "InPlaceUpdateReady", "status": "True"}]);
+    assert!(
+        !left_to_workload(&with(json!([ours, in_place]), opened)),
+        "opened without ours: the controller's"
+    );
 }
 
 #[test]

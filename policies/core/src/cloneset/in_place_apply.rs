@@ -16,6 +16,7 @@ use super::{
     CONDITION_IN_PLACE_UPDATE_READY, LABEL_LIFECYCLE_STATE, LABEL_POD_TEMPLATE_HASH,
     LABEL_REVISION,
 };
+use crate::pod_readiness;
 
 /// Step 1: the `pods/status` patch that turns `InPlaceUpdateReady` False
 /// before anything changes, and `Ready` with it, as OpenKruise does and
@@ -41,11 +42,19 @@ pub fn start_status_patch(now: Timestamp) -> Value {
 
 /// The `pods/status` patch of a finished update (or a new pod's first one),
 /// with the lifecycle label it moves the pod to. The API server takes label
-/// changes through `pods/status` too, so the two are one write.
-pub fn ready_status_patch(completion: &InPlaceCompletion, now: Timestamp) -> Value {
+/// changes through `pods/status` too, so the two are one write. A new pod
+/// with OpenKruise's `KruisePodReady` gate gets that condition True in the
+/// same write (`pod_readiness::left_to_workload`: the readiness controller
+/// leaves such a pod to us), a write per pod less.
+pub fn ready_status_patch(pod: &Pod, completion: &InPlaceCompletion, now: Timestamp) -> Value {
     let mut patch = condition_patch("True", None, now);
     if let Some(to) = completion.to {
         patch["metadata"] = lifecycle_patch(to)["metadata"].take();
+    }
+    let first = pod_readiness::first_condition(pod, now)
+        .and_then(|condition| serde_json::to_value(condition).ok());
+    if let (Some(first), Some(conditions)) = (first, patch["status"]["conditions"].as_array_mut()) {
+        conditions.push(first);
     }
     patch
 }
@@ -238,8 +247,9 @@ mod tests {
             pod: "web-1".into(),
             to: Some(LifecycleState::Normal),
         };
+        let plain = pod("web-1", "nginx:1", "10", "True");
         assert_eq!(
-            ready_status_patch(&to_normal, now),
+            ready_status_patch(&plain, &to_normal, now),
             json!({
                 "metadata": {"labels": {LABEL_LIFECYCLE_STATE: "Normal"}},
                 "status": condition,
@@ -250,7 +260,36 @@ mod tests {
             to: None,
         };
         assert_eq!(
-            ready_status_patch(&gate_only, now),
+            ready_status_patch(&plain, &gate_only, now),
+            json!({"status": condition})
+        );
+
+        // With OpenKruise's gate and no condition yet: opened in the same
+        // write; once it has one (True, or held), left as it is.
+        let mut gated = plain.clone();
+        gated.spec.as_mut().unwrap().readiness_gates = Some(vec![
+            serde_json::from_value(json!({"conditionType": "KruisePodReady"})).unwrap(),
+        ]);
+        let patch = ready_status_patch(&gated, &gate_only, now);
+        assert_eq!(
+            patch["status"]["conditions"][1],
+            json!({"type": "KruisePodReady", "status": "True",
+                   "lastTransitionTime": "2026-12-06T05:00:00Z"})
+        );
+        let mut opened = gated;
+        opened
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(
+                serde_json::from_value(json!({"type": "KruisePodReady", "status": "False"}))
+                    .unwrap(),
+            );
+        assert_eq!(
+            ready_status_patch(&opened, &gate_only, now),
             json!({"status": condition})
         );
     }
