@@ -245,7 +245,7 @@ async fn write_openkruise_cloneset(client: &Client) -> WrittenCloneSet {
             }),
         )
         .await;
-        mark_in_place_update_ready(client, &name).await;
+        mark_gates_open(client, &name).await;
         names.push(name);
     }
     // Scheduled and ready, as OpenKruise left them.
@@ -265,14 +265,18 @@ async fn write_openkruise_cloneset(client: &Client) -> WrittenCloneSet {
     WrittenCloneSet { revision, pods }
 }
 
-/// The readiness gate's condition as OpenKruise sets it on a pod no
-/// in-place update is under way for.
-async fn mark_in_place_update_ready(client: &Client, name: &str) {
+/// The readiness gates' conditions as OpenKruise sets them on a pod no
+/// in-place update is under way for: `InPlaceUpdateReady`, and the
+/// `KruisePodReady` its pod webhook gave the pod (ours gave it here too)
+/// and its pod readiness controller opened.
+async fn mark_gates_open(client: &Client, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let patch = json!({"status": {"conditions": [{
-        "type": "InPlaceUpdateReady", "status": "True",
-        "lastTransitionTime": "2026-12-01T09:00:00Z",
-    }]}});
+    let patch = json!({"status": {"conditions": [
+        {"type": "InPlaceUpdateReady", "status": "True",
+         "lastTransitionTime": "2026-12-01T09:00:00Z"},
+        {"type": "KruisePodReady", "status": "True",
+         "lastTransitionTime": "2026-12-01T09:00:00Z"},
+    ]}});
     pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .unwrap();
