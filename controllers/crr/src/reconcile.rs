@@ -11,6 +11,7 @@ use kruise_api::containerrecreaterequest::{
 use kruise_api::{ContainerRecreateRequest, Stored};
 use kruise_controller_runtime::api_error::{is_conflict, is_not_found};
 use kruise_core::crr::controller::{Step, plan};
+use kruise_core::pod_readiness;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -126,10 +127,8 @@ async fn write(
         }
         Step::WritePodCondition(condition) => {
             let Some(pod) = pod else { return Ok(()) };
-            let patch = json!({
-                "metadata": {"resourceVersion": pod.metadata.resource_version},
-                "status": {"conditions": [condition]},
-            });
+            // A hold turns Ready False in the same write (spec 04 §3).
+            let patch = pod_readiness::status_patch(pod, &condition, Timestamp::now());
             pods.patch_status(&pod.name_any(), &params, &Patch::Strategic(patch))
                 .await
                 .map_err(failed("write the pod's KruisePodReady condition"))?;
@@ -405,6 +404,57 @@ mod tests {
         );
         assert_eq!(stored["status"], json!({"phase": "Recreating"}));
         assert_eq!(api.writes().len(), 1, "one annotation patch, then a wait");
+    }
+
+    /// A request with an unready grace holds its pod through the
+    /// `KruisePodReady` condition, and turns Ready False in the same write
+    /// (spec 04 §3 step 8), on the version of the pod it read.
+    #[tokio::test]
+    async fn a_hold_turns_the_pod_unready_in_the_same_write() {
+        let api = FakeApi::default();
+        let mut held = pod(
+            "pod-uid",
+            &json!({"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "KruisePodReady", "status": "True"}]}),
+        );
+        held["spec"]["readinessGates"] = json!([{"conditionType": "KruisePodReady"}]);
+        api.insert("pods", held);
+        let graced = json!({
+            "metadata": {"finalizers": [UNREADY_ACQUIRED_KEY]},
+            "spec": {"strategy": {"unreadyGracePeriodSeconds": 30}},
+            "status": {"phase": "Recreating"},
+        });
+        api.insert("containerrecreaterequests", request("restart", &graced));
+        let read = api.get("/api/v1/namespaces/default/pods/web").unwrap();
+
+        round_on(&api, "restart").await.unwrap();
+
+        let write = api.writes()[0].clone();
+        assert_eq!(write.path, "/api/v1/namespaces/default/pods/web/status");
+        assert_eq!(
+            write.body["metadata"]["resourceVersion"],
+            read["metadata"]["resourceVersion"]
+        );
+        let stored = api.get("/api/v1/namespaces/default/pods/web").unwrap();
+        let condition = |type_: &str| {
+            stored["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == type_)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(condition("KruisePodReady")["status"], "False");
+        assert_eq!(
+            condition("KruisePodReady")["message"],
+            r#"[{"userAgent":"ContainerRecreateRequest","key":"default/restart"}]"#
+        );
+        assert_eq!(
+            (&condition("Ready")["status"], &condition("Ready")["reason"]),
+            (&json!("False"), &json!("ReadinessGatesNotReady"))
+        );
     }
 
     #[tokio::test]

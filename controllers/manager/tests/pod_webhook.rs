@@ -245,9 +245,9 @@ async fn pods_to_delete_are_pods_of_the_cloneset(
 }
 
 /// The CloneSet's pods got the `KruisePodReady` gate from the pod webhook
-/// and the condition True from the pod readiness controller: they are
-/// Ready (the CloneSet counted them so), and a pod of no workload has no
-/// gate.
+/// and the condition True (the CloneSet writes it with its first status
+/// write of a new pod): they are Ready (the CloneSet counted them so), and
+/// a pod of no workload has no gate.
 async fn workload_pods_are_ready_through_their_gate(pods: &Api<Pod>) {
     let selected = pods
         .list(&ListParams::default().labels("app=demo"))

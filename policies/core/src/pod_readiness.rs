@@ -120,7 +120,10 @@ pub fn is_held_by(pod: &Pod, holder: &Holder) -> bool {
 pub fn hold(pod: &Pod, holder: &Holder, now: Timestamp) -> Option<PodCondition> {
     let mut list = holders(pod);
     if list.contains(holder) {
-        return None;
+        // Listed but True (a write without a resourceVersion merged over
+        // the hold): written False again, as OpenKruise's addNotReadyKey
+        // does.
+        return (!matches_list(pod, &list)).then(|| written(&list, now));
     }
     list.push(holder.clone());
     crate::ordered::sort(&mut list);
@@ -159,7 +162,17 @@ pub fn hold_exactly(
     crate::ordered::sort(&mut list);
     let mut sorted_before = before;
     crate::ordered::sort(&mut sorted_before);
-    (list != sorted_before).then(|| written(&list, now))
+    (list != sorted_before || !matches_list(pod, &list)).then(|| written(&list, now))
+}
+
+/// Whether the pod's condition, if any, has the status its holder list
+/// gives: False while anyone holds the pod, True once nobody does. A
+/// condition True with holders listed, or False with none (an older
+/// controller of ours wrote False with no list; a message that is no list
+/// reads as none), does not, and is written again.
+fn matches_list(pod: &Pod, list: &[Holder]) -> bool {
+    let wanted = if list.is_empty() { "True" } else { "False" };
+    condition(pod).is_none_or(|c| c.status == wanted)
 }
 
 /// The `pods/status` patch that writes `condition`, on the version of the

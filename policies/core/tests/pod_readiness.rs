@@ -284,6 +284,59 @@ fn a_hold_lasts_through_its_state_and_goes_when_the_pod_leaves_it() {
 }
 
 #[test]
+fn an_update_hold_stays_when_the_pod_is_scaled_in_meanwhile() {
+    let only_update = Lifecycle {
+        in_place_update: Some(marking()),
+        ..Default::default()
+    };
+    let pod = in_state(
+        held_by(&[lifecycle(PRE_UPDATE_HOLD)]),
+        LifecycleState::PreparingDelete,
+    );
+    assert_eq!(readiness_condition(&only_update, &pod, t0()), None);
+}
+
+#[test]
+fn a_status_that_disagrees_with_its_holders_is_written_again() {
+    let crr = holder("ContainerRecreateRequest", "default/r1");
+    let mut opened_over = held_by(std::slice::from_ref(&crr));
+    for c in opened_over
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()
+    {
+        if c.type_ == KRUISE_POD_READY {
+            c.status = "True".into();
+        }
+    }
+    // The holder is listed but the pod was turned True: held again.
+    let again = hold(&opened_over, &crr, t0()).unwrap();
+    assert_eq!(again.status, "False");
+    assert_eq!(holders(&gated(Some(again))), vec![crr]);
+    let none = Lifecycle::default();
+    let normal = in_state(opened_over, LifecycleState::Normal);
+    let kept = readiness_condition(&none, &normal, t0()).unwrap();
+    assert_eq!(kept.status, "False", "the request still holds it");
+
+    // False with nobody listed (an older controller of ours wrote that):
+    // back to True once the pod's state wants no hold.
+    let stale: PodCondition =
+        serde_json::from_value(json!({"type": KRUISE_POD_READY, "status": "False"})).unwrap();
+    let normal = in_state(gated(Some(stale)), LifecycleState::Normal);
+    let healed = readiness_condition(&none, &normal, t0()).unwrap();
+    assert_eq!(healed.status, "True");
+    // True and nobody listed: as it should be.
+    let fine = in_state(
+        gated(Some(first_condition(&gated(None), t0()).unwrap())),
+        LifecycleState::Normal,
+    );
+    assert_eq!(readiness_condition(&none, &fine, t0()), None);
+}
+
+#[test]
 fn a_finished_update_lets_its_hold_go_in_the_refresh() {
     let cs = {
         let mut cs = cloneset(1, "0", "1", "0");

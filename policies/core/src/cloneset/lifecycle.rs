@@ -86,7 +86,9 @@ pub fn hold_before_move(pod: &Pod, to: LifecycleState, now: Timestamp) -> Option
 /// when that differs from what it is: a pod in `PreparingDelete` (or
 /// `PreparingUpdate`) whose hook has `markPodNotReady` is held, a hold
 /// lasts while the pod stays in that state (through `Updating` for an
-/// update) and is let go once it has left, whatever the hook says now.
+/// update, and into `PreparingDelete` if it is scaled in meanwhile) and is
+/// let go once it has left, whatever the hook says now. A condition whose
+/// status disagrees with its holder list is written again.
 /// OpenKruise lets an update's hold go only on the move to `Updated`, so a
 /// pod whose hook labels were back before its update finished stayed
 /// unready; here it is let go on `Normal` too.
@@ -116,8 +118,17 @@ pub fn readiness_condition(
         keys.push(PRE_DELETE_HOLD);
     }
     let preparing_update = state == Some(LifecycleState::PreparingUpdate);
-    let updating = state == Some(LifecycleState::Updating);
-    if (preparing_update || updating)
+    // A pod scaled in while its update held it stays held in
+    // PreparingDelete (OpenKruise never lets that hold go either).
+    let keeps_update_hold = matches!(
+        state,
+        Some(
+            LifecycleState::PreparingUpdate
+                | LifecycleState::Updating
+                | LifecycleState::PreparingDelete
+        )
+    );
+    if keeps_update_hold
         && (held(PRE_UPDATE_HOLD) || (preparing_update && marks(&lifecycle.in_place_update)))
     {
         keys.push(PRE_UPDATE_HOLD);
