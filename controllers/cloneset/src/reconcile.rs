@@ -416,7 +416,9 @@ async fn sync_revisions(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use kruise_controller_runtime::context::Context;
-    use kruise_controller_runtime::testing::{FakeApi, FedWatch, Seen, container_images};
+    use kruise_controller_runtime::testing::{
+        FakeApi, FedWatch, Seen, condition, container_images,
+    };
 
     use kruise_controller_runtime::shared::SharedWatch;
 
@@ -491,6 +493,14 @@ mod tests {
                 };
                 format!("{} {path}", s.method)
             })
+            .collect()
+    }
+
+    /// The writes to pods among `seen`, as [`writes`] names them.
+    fn pod_writes(seen: &[Seen]) -> Vec<String> {
+        writes(seen)
+            .into_iter()
+            .filter(|w| w.contains(PODS))
             .collect()
     }
 
@@ -756,21 +766,17 @@ mod tests {
             .into_iter()
             .find(|pod| container_images(pod)[0] == "main=nginx:2")
             .unwrap();
-        let condition = |type_: &str| {
-            updated["status"]["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["type"] == type_)
-                .map(|c| (c["status"].clone(), c["reason"].clone()))
+        let status_and_reason = |type_: &str| {
+            let found = condition(&updated, type_);
+            (found["status"].clone(), found["reason"].clone())
         };
         assert_eq!(
-            condition("InPlaceUpdateReady"),
-            Some((json!("False"), json!("StartInPlaceUpdate")))
+            status_and_reason("InPlaceUpdateReady"),
+            (json!("False"), json!("StartInPlaceUpdate"))
         );
         assert_eq!(
-            condition("Ready"),
-            Some((json!("False"), json!("ReadinessGatesNotReady")))
+            status_and_reason("Ready"),
+            (json!("False"), json!("ReadinessGatesNotReady"))
         );
     }
 
@@ -796,22 +802,15 @@ mod tests {
         }
         let before = api.seen().len();
         round(&api).await;
-        let pod_writes: Vec<String> = writes(&api.seen()[before..])
-            .into_iter()
-            .filter(|w| w.contains(PODS))
-            .collect();
+        let pod_writes = pod_writes(&api.seen()[before..]);
         assert_eq!(pod_writes, vec![format!("PATCH {PODS}/pod/status"); 2]);
         for pod in pods(&api).await {
-            let status = |type_: &str| {
-                pod["status"]["conditions"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|c| c["type"] == type_)
-                    .map(|c| c["status"].clone())
-            };
-            assert_eq!(status("InPlaceUpdateReady"), Some(json!("True")), "{pod}");
-            assert_eq!(status("KruisePodReady"), Some(json!("True")), "{pod}");
+            assert_eq!(
+                condition(&pod, "InPlaceUpdateReady")["status"],
+                "True",
+                "{pod}"
+            );
+            assert_eq!(condition(&pod, "KruisePodReady")["status"], "True", "{pod}");
         }
     }
 
@@ -835,10 +834,7 @@ mod tests {
         set_spec(&api, &json!({"replicas": 1}), 2).await;
         let before = api.seen().len();
         round(&api).await;
-        let pod_writes: Vec<String> = writes(&api.seen()[before..])
-            .into_iter()
-            .filter(|w| w.contains(PODS))
-            .collect();
+        let pod_writes = pod_writes(&api.seen()[before..]);
         assert_eq!(
             pod_writes,
             [
@@ -860,13 +856,7 @@ mod tests {
             .into_iter()
             .find(|p| p["metadata"]["labels"][LABEL_LIFECYCLE_STATE] == "PreparingDelete")
             .unwrap();
-        let held = preparing["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "KruisePodReady")
-            .cloned()
-            .unwrap();
+        let held = condition(&preparing, "KruisePodReady");
         assert_eq!(held["status"], "False");
         assert_eq!(
             held["message"],

@@ -230,7 +230,7 @@ async fn report_unreadable(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use kruise_api::containerrecreaterequest::POD_UID_LABEL;
-    use kruise_controller_runtime::testing::FakeApi;
+    use kruise_controller_runtime::testing::{FakeApi, condition};
     use kruise_core::crr::controller::{POD_GONE, SNAPSHOT_EVERY};
 
     use super::*;
@@ -437,22 +437,15 @@ mod tests {
             read["metadata"]["resourceVersion"]
         );
         let stored = api.get("/api/v1/namespaces/default/pods/web").unwrap();
-        let condition = |type_: &str| {
-            stored["status"]["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["type"] == type_)
-                .cloned()
-                .unwrap()
-        };
-        assert_eq!(condition("KruisePodReady")["status"], "False");
+        let held = condition(&stored, "KruisePodReady");
+        assert_eq!(held["status"], "False");
         assert_eq!(
-            condition("KruisePodReady")["message"],
+            held["message"],
             r#"[{"userAgent":"ContainerRecreateRequest","key":"default/restart"}]"#
         );
+        let ready = condition(&stored, "Ready");
         assert_eq!(
-            (&condition("Ready")["status"], &condition("Ready")["reason"]),
+            (&ready["status"], &ready["reason"]),
             (&json!("False"), &json!("ReadinessGatesNotReady"))
         );
     }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use kruise_controller_runtime::testing::condition;
 use kruise_devcluster::wait::eventually;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::Api;
@@ -263,16 +264,12 @@ async fn workload_pods_are_ready_through_their_gate(pods: &Api<Pod>) {
                 .contains(&json!({"conditionType": "KruisePodReady"})),
             "{pod:#}"
         );
-        let condition = |type_: &str| {
-            pod["status"]["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["type"] == type_)
-                .map(|c| c["status"].clone())
-        };
-        assert_eq!(condition("KruisePodReady"), Some(json!("True")), "{pod:#}");
-        assert_eq!(condition("Ready"), Some(json!("True")), "{pod:#}");
+        assert_eq!(
+            condition(&pod, "KruisePodReady")["status"],
+            "True",
+            "{pod:#}"
+        );
+        assert_eq!(condition(&pod, "Ready")["status"], "True", "{pod:#}");
     }
     let plain = pods.get("test-pod").await.unwrap();
     let gates = plain.spec.unwrap().readiness_gates.unwrap_or_default();

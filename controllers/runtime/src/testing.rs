@@ -535,6 +535,17 @@ pub fn container_images(pod: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A stored object's status condition of this type (`Null` if none): what
+/// readiness tests compare, as `condition(&pod, "Ready")["status"]`.
+pub fn condition<'a>(object: &'a Value, type_: &str) -> &'a Value {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .unwrap_or(&Value::Null)
+}
+
 /// The collection an object belongs to, from its apiVersion and namespace.
 fn collection_path(object: &Value, plural: &str) -> String {
     let api_version = object["apiVersion"].as_str().unwrap_or("v1");
