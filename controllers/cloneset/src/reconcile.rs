@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::{CloneSet, Stored};
+use kruise_core::cloneset::claims::handed_to_released_pod;
 use kruise_core::cloneset::progress::{
     find_progressing, progress_deadline, requeue_seconds_from_condition,
 };
@@ -121,13 +122,7 @@ async fn reconcile_cloneset(
         context.claims.forget(&key);
         return Ok(Action::await_change());
     }
-    let Some(Owned {
-        pods,
-        mut revisions,
-        claims,
-        strays,
-    }) = reads::read(context, cloneset, &namespace, &uid, &key).await?
-    else {
+    let Some(owned) = reads::read(context, cloneset, &namespace, &uid, &key).await? else {
         tracing::debug!(cloneset = key, "waiting for the watches to show our writes");
         return Ok(Action::requeue(STORE_WAIT));
     };
@@ -136,13 +131,19 @@ async fn reconcile_cloneset(
     let claims_written = context.claims.writes_of(&key);
     let context = &context.shared;
     let client = &context.client;
-    if let Some(kept) = pruned_pods_to_delete(cloneset, &pods) {
-        // Before any pod is made: a replacement that reuses a gone pod's
-        // instance id has its name, and must not find it on the list.
-        prune_pods_to_delete(client, cloneset, &kept).await?;
+    let released = Released {
+        pods: written,
+        claims: claims_written,
+    };
+    if tidy(client, cloneset, &uid, &owned, released).await? {
         return Ok(Action::requeue(STORE_WAIT));
     }
-    release(client, written, &namespace, &uid, &strays).await?;
+    let Owned {
+        pods,
+        mut revisions,
+        claims,
+        ..
+    } = owned;
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
     let revision_plan = sync_revisions(
         &revision_api,
@@ -219,31 +220,90 @@ async fn reconcile_cloneset(
     Ok(Action::requeue(requeue))
 }
 
+/// What a round writes before it plans, if anything; then it ends, and
+/// the next one plans from what the watches show of these writes.
+async fn tidy(
+    client: &kube::Client,
+    cloneset: &CloneSet,
+    uid: &str,
+    owned: &Owned,
+    released: Released<'_>,
+) -> Result<bool, ReconcileError> {
+    if let Some(kept) = pruned_pods_to_delete(cloneset, &owned.pods) {
+        // Before any pod is made: a replacement that reuses a gone pod's
+        // instance id has its name, and must not find it on the list.
+        prune_pods_to_delete(client, cloneset, &kept).await?;
+        return Ok(true);
+    }
+    if owned.strays.is_empty() {
+        return Ok(false);
+    }
+    // The claims read are stale after it: the replacements wait.
+    let namespace = cloneset.namespace().unwrap_or_default();
+    release(
+        client,
+        released,
+        &namespace,
+        uid,
+        &owned.strays,
+        &owned.claims,
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Where a release's writes are noted.
+#[derive(Clone, Copy)]
+struct Released<'a> {
+    pods: OwnerWrites<'a>,
+    claims: OwnerWrites<'a>,
+}
+
 /// Releases pods the CloneSet controls but no longer selects (spec 03 §3):
-/// their owner reference goes, so deleting the CloneSet leaves them, and
-/// the round (which never counted them) makes their replacements. A pod
-/// written or deleted meanwhile is left to the next round.
+/// their claims are handed to them first, then their owner reference goes,
+/// so deleting the CloneSet leaves them, and the next round (which never
+/// counted them) makes their replacements, under new instance ids. A pod or
+/// claim written or deleted meanwhile is left to the next round.
 async fn release(
     client: &kube::Client,
-    written: OwnerWrites<'_>,
+    written: Released<'_>,
     namespace: &str,
     owner_uid: &str,
     strays: &[Pod],
+    claims: &[PersistentVolumeClaim],
 ) -> Result<(), ReconcileError> {
     let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let claim_api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
+    let params = PatchParams::default();
     for pod in strays {
+        for (claim, patch) in handed_to_released_pod(owner_uid, pod, claims) {
+            let handed = claim_api.patch(&claim, &params, &Patch::Merge(patch)).await;
+            match unless_raced(handed, &format!("hand claim {claim} to its pod"))? {
+                Some(handed) => written.claims.wrote(&handed),
+                None => return Ok(()),
+            }
+        }
         let name = pod.name_any();
         let patch = release_patch(&pod.metadata, owner_uid);
-        match pods
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(released) => written.wrote(&released),
-            Err(e) if api_error::is_conflict(&e) || api_error::is_not_found(&e) => {}
-            Err(e) => return Err(ReconcileError::api(format!("release pod {name}"))(e)),
+        let released = pods.patch(&name, &params, &Patch::Merge(patch)).await;
+        if let Some(released) = unless_raced(released, &format!("release pod {name}"))? {
+            written.pods.wrote(&released);
         }
     }
     Ok(())
+}
+
+/// A write's result where a conflict or a missing object is a race lost
+/// (`None`: the next round plans again), anything else the round's error.
+fn unless_raced<K>(
+    result: Result<K, kube::Error>,
+    what: &str,
+) -> Result<Option<K>, ReconcileError> {
+    match result {
+        Ok(object) => Ok(Some(object)),
+        Err(e) if api_error::is_conflict(&e) || api_error::is_not_found(&e) => Ok(None),
+        Err(e) => Err(ReconcileError::api(what.to_owned())(e)),
+    }
 }
 
 /// The condition a round's failure sets and its message (spec 03 §1.3):
@@ -972,8 +1032,8 @@ mod tests {
     }
 
     /// A pod relabelled out of the selector is released (its owner
-    /// reference goes, on the version read) and replaced; a pod of
-    /// another owner is left alone.
+    /// reference goes, on the version read) and replaced in the next round;
+    /// a pod of another owner is left alone.
     #[tokio::test]
     async fn a_pod_the_selector_no_longer_matches_is_released_and_replaced() {
         let api = FakeApi::default();
@@ -999,6 +1059,8 @@ mod tests {
         pod_watch.apply(listed(&api).await).await;
 
         let before = api.seen().len();
+        assert_eq!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));
+        pod_watch.apply(listed(&api).await).await;
         round_in(&api, &context).await;
         let released = api.seen()[before..]
             .iter()
@@ -1015,6 +1077,58 @@ mod tests {
             .filter(|w| w == &format!("POST {PODS}"))
             .count();
         assert_eq!(created, 1, "a replacement for the released pod");
+    }
+
+    /// With claim templates, a released pod takes its claims along: its
+    /// replacement gets a new instance id (and so a name of its own)
+    /// instead of the released pod's id and name, which would be refused.
+    #[tokio::test]
+    async fn a_released_pod_takes_its_claims_and_its_replacement_a_new_id() {
+        let api = FakeApi::default();
+        let mut claimed = cloneset(2, "nginx:1", "ReCreate");
+        claimed["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}}]);
+        api.insert("clonesets", claimed);
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), None);
+        round_in(&api, &context).await;
+        let stray = pods(&api).await[0].clone();
+        let name = stray["metadata"]["name"].as_str().unwrap().to_owned();
+        let id = stray["metadata"]["labels"][LABEL_INSTANCE_ID]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
+        let relabel = json!({"metadata": {"labels": {"app": "debugging"}}});
+        pods_api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(relabel))
+            .await
+            .unwrap();
+        pod_watch.apply(listed(&api).await).await;
+
+        assert_eq!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));
+        pod_watch.apply(listed(&api).await).await;
+        round_in(&api, &context).await;
+        let claim = api
+            .get(&format!(
+                "/api/v1/namespaces/default/persistentvolumeclaims/data-demo-{id}"
+            ))
+            .unwrap();
+        let owners = &claim["metadata"]["ownerReferences"];
+        assert_eq!(owners.as_array().unwrap().len(), 1, "{owners}");
+        assert_eq!(
+            (&owners[0]["kind"], &owners[0]["name"]),
+            (&json!("Pod"), &json!(name))
+        );
+        let all = pods(&api).await;
+        assert_eq!(all.len(), 3, "the released pod and two of the CloneSet's");
+        let ids: Vec<&str> = all
+            .iter()
+            .filter_map(|p| p["metadata"]["labels"][LABEL_INSTANCE_ID].as_str())
+            .filter(|i| *i == id)
+            .collect();
+        assert_eq!(ids.len(), 1, "only the released pod has its id");
     }
 
     /// A round that waits for the watches and sends nothing.

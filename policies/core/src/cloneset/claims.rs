@@ -8,15 +8,18 @@
 //! - with `disablePVCReuse`, such left-over claims are deleted instead, and
 //!   the next pod gets a new id and new claims.
 //!
-//! Claims without the CloneSet as controller are never touched.
+//! Claims without the CloneSet as controller are never touched; a pod the
+//! CloneSet releases takes its claims along.
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 
+use serde_json::{Value, json};
+
 use super::{LABEL_INSTANCE_ID, is_active};
-use crate::owner::is_controlled_by;
+use crate::owner::{is_controlled_by, release_patch};
 
 /// What to do with the claims this round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -80,6 +83,53 @@ pub fn plan_claims(
     }
     plan.reusable_ids = reusable.into_iter().collect();
     plan
+}
+
+/// The claims of a pod the CloneSet releases (its selector no longer
+/// matches it), each with the merge patch that hands it to the pod: the
+/// CloneSet's owner reference replaced by the pod's, on the version read.
+/// The released pod keeps its volumes and takes them when it goes; the
+/// claims no longer look free to the CloneSet, whose replacement would
+/// otherwise take their instance id, and so the released pod's name.
+pub fn handed_to_released_pod(
+    cloneset_uid: &str,
+    pod: &Pod,
+    claims: &[PersistentVolumeClaim],
+) -> Vec<(String, Value)> {
+    let id = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_INSTANCE_ID));
+    let (Some(id), Some(pod_ref)) = (id, pod_reference(pod)) else {
+        return Vec::new();
+    };
+    claims
+        .iter()
+        .filter(|claim| is_controlled_by(&claim.metadata, cloneset_uid))
+        .filter(|claim| {
+            claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_INSTANCE_ID))
+                == Some(id)
+        })
+        .filter_map(|claim| {
+            let mut owners = release_patch(&claim.metadata, cloneset_uid);
+            let references = owners["metadata"]["ownerReferences"].as_array_mut()?;
+            references.push(pod_ref.clone());
+            Some((claim.metadata.name.clone()?, owners))
+        })
+        .collect()
+}
+
+fn pod_reference(pod: &Pod) -> Option<Value> {
+    Some(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "name": pod.metadata.name.as_deref()?, "uid": pod.metadata.uid.as_deref()?,
+        "controller": true,
+    }))
 }
 
 #[cfg(test)]
@@ -167,6 +217,36 @@ mod tests {
             let plan = plan_claims(&cloneset(disable), &[], &claims, &[]);
             assert_eq!(plan, ClaimPlan::default());
         }
+    }
+
+    #[test]
+    fn a_released_pod_takes_its_own_claims_only() {
+        let mut released = pod("aaaaa");
+        released.metadata.uid = Some("pod-uid".into());
+        let mut claims = vec![
+            claim("aaaaa", UID, false),
+            claim("bbbbb", UID, false),
+            claim("aaaaa", "someone-else", false),
+        ];
+        claims[0].metadata.resource_version = Some("4".into());
+        let handed = handed_to_released_pod(UID, &released, &claims);
+        assert_eq!(handed.len(), 1);
+        let (name, patch) = &handed[0];
+        assert_eq!(name, "data-cs-aaaaa");
+        assert_eq!(patch["metadata"]["resourceVersion"], "4");
+        assert_eq!(
+            patch["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Pod", "name": "cs-aaaaa",
+                    "uid": "pod-uid", "controller": true}])
+        );
+        // Handed over, the claims are not the CloneSet's to reuse.
+        let mut taken = claims[0].clone();
+        taken.metadata.owner_references =
+            serde_json::from_value(patch["metadata"]["ownerReferences"].clone()).unwrap();
+        assert_eq!(
+            plan_claims(&cloneset(false), &[], &[taken], &[]),
+            ClaimPlan::default()
+        );
     }
 
     #[test]
