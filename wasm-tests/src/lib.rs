@@ -108,7 +108,7 @@ export interface CloneSetPlan {
   create: { revision: string; count: number }[];
   delete: string[];
   markSpecifiedDelete: string[];
-  lifecycle: { pod: string; to: string; markNotReady: boolean }[];
+  lifecycle: { pod: string; to: string; markNotReady: boolean; restoreHook: boolean }[];
   /** The pod's `KruisePodReady` condition to write for its lifecycle state. */
   readiness: { pod: string; condition: { type: string; status: string; message?: string; lastTransitionTime?: string } }[];
   inPlaceUpdate: {
@@ -440,6 +440,7 @@ fn plan_to_json(plan: &Plan) -> Value {
             "pod": c.pod,
             "to": c.to.as_str(),
             "markNotReady": c.mark_not_ready,
+            "restoreHook": c.restore_hook,
         })).collect::<Vec<_>>(),
         "readiness": plan.readiness.iter().map(|c| json!({"pod": c.pod, "condition": c.condition})).collect::<Vec<_>>(),
         "inPlaceUpdate": plan.in_place_update.iter().map(|u| json!({

@@ -9,13 +9,13 @@ use kruise_api::CloneSet;
 use kruise_controller_runtime::random::random_u64;
 use kruise_core::cloneset::claims::plan_claims;
 use kruise_core::cloneset::in_place_apply::{
-    apply_graced_patch, lifecycle_patch, ready_status_patch, start_status_patch, still_as_planned,
-    update_patch,
+    apply_graced_patch, lifecycle_patch, lifecycle_patch_restoring, ready_status_patch,
+    start_status_patch, still_as_planned, update_patch,
 };
 use kruise_core::cloneset::new_pod::{new_claims, new_instance_ids, new_pod};
 use kruise_core::cloneset::{
     CONDITION_IN_PLACE_UPDATE_READY, InPlaceUpdate, LABEL_INSTANCE_ID, LABEL_POD_TEMPLATE_HASH,
-    LABEL_SPECIFIED_DELETE, Plan, Revisions, hold_before_move, is_active,
+    LABEL_SPECIFIED_DELETE, LifecycleChange, Plan, Revisions, hold_before_move, is_active,
 };
 use kruise_core::pod_readiness;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -89,14 +89,8 @@ pub(crate) async fn execute(
             .await?;
     }
     for change in &plan.lifecycle {
-        let hold = read(&change.pod)
-            .filter(|_| change.mark_not_ready)
-            .and_then(|pod| hold_before_move(pod, change.to, now));
-        if let Some(hold) = hold {
-            writer.patch_status(&change.pod, hold).await?;
-        }
         writer
-            .patch(&change.pod, lifecycle_patch(change.to))
+            .move_lifecycle(change, read(&change.pod), now)
             .await?;
     }
     for update in &plan.in_place_update {
@@ -325,6 +319,33 @@ impl Writer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A lifecycle move: the pod held not-ready first when the move asks
+    /// for it, then the label (with the inPlaceUpdate hook put back when
+    /// the move asks for that).
+    async fn move_lifecycle(
+        &self,
+        change: &LifecycleChange,
+        pod: Option<&Pod>,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let hold = pod
+            .filter(|_| change.mark_not_ready)
+            .and_then(|pod| hold_before_move(pod, change.to, now));
+        if let Some(hold) = hold {
+            self.patch_status(&change.pod, hold).await?;
+        }
+        let spec = &self.cloneset.spec;
+        let hook = spec
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.in_place_update.as_ref());
+        let patch = match hook.filter(|_| change.restore_hook) {
+            Some(hook) => lifecycle_patch_restoring(change.to, hook),
+            None => lifecycle_patch(change.to),
+        };
+        self.patch(&change.pod, patch).await
     }
 
     async fn patch_status(&self, pod: &str, patch: Value) -> Result<Pod, ReconcileError> {

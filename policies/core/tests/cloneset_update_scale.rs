@@ -270,7 +270,8 @@ fn create_preparing_normal_to_normal_without_hook() {
         vec![LifecycleChange {
             pod: "p0".into(),
             to: LifecycleState::Normal,
-            mark_not_ready: false
+            mark_not_ready: false,
+            restore_hook: false,
         }]
     );
 }
@@ -399,7 +400,40 @@ fn in_place_update_normal_to_preparing_update_pod_does_hook() {
         vec![LifecycleChange {
             pod: "p0".into(),
             to: LifecycleState::PreparingUpdate,
-            mark_not_ready: true
+            mark_not_ready: true,
+            restore_hook: false,
+        }]
+    );
+    assert!(plan.in_place_update.is_empty());
+}
+
+/// OpenKruise's `UpdatePodLifecycleWithHandler`: a pod left `Updated` by
+/// its last update (the hook's owner has not put the hook back) is moved
+/// to PreparingUpdate with the hook restored, not updated at once.
+#[test]
+fn in_place_update_updated_pod_gets_its_hook_back_first() {
+    let mut hook = label_hook("upgrade-hook");
+    hook.mark_pod_not_ready = true;
+    let cs = with_lifecycle(
+        with_type(
+            cloneset(1, "0", "1", "0"),
+            CloneSetUpdateStrategyType::InPlaceIfPossible,
+        ),
+        Lifecycle {
+            in_place_update: Some(hook),
+            ..Default::default()
+        },
+    );
+    let mut pod = ready_pod("p0", REV_A);
+    set_label(&mut pod, LABEL_LIFECYCLE_STATE, "Updated");
+    let plan = run(&cs, &[pod], &image_revisions(REV_A, REV_B), NO_GATES);
+    assert_eq!(
+        plan.lifecycle,
+        vec![LifecycleChange {
+            pod: "p0".into(),
+            to: LifecycleState::PreparingUpdate,
+            mark_not_ready: true,
+            restore_hook: true,
         }]
     );
     assert!(plan.in_place_update.is_empty());
@@ -624,7 +658,8 @@ fn test_delete_pods_pre_delete_hook_to_preparing_delete() {
         vec![LifecycleChange {
             pod: "p0".into(),
             to: LifecycleState::PreparingDelete,
-            mark_not_ready: true
+            mark_not_ready: true,
+            restore_hook: false,
         }]
     );
     assert!(plan.delete.is_empty());

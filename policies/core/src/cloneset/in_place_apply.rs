@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kruise_api::cloneset::LifecycleHook;
 use serde_json::{Map, Value, json};
 
 use super::in_place::InPlaceUpdateSpec;
@@ -150,6 +151,21 @@ pub fn lifecycle_patch(to: LifecycleState) -> Value {
     json!({"metadata": {"labels": {LABEL_LIFECYCLE_STATE: to.as_str()}}})
 }
 
+/// The strategic merge patch of a move that also puts `hook`'s labels and
+/// finalizers back on the pod (`LifecycleChange::restore_hook`). The API
+/// server merges a finalizers list into the pod's, so only the hook's are
+/// sent: one another controller removed meanwhile is not put back.
+pub fn lifecycle_patch_restoring(to: LifecycleState, hook: &LifecycleHook) -> Value {
+    let mut patch = lifecycle_patch(to);
+    for (key, value) in &hook.labels_handler {
+        patch["metadata"]["labels"][key] = json!(value);
+    }
+    if !hook.finalizers_handler.is_empty() {
+        patch["metadata"]["finalizers"] = json!(hook.finalizers_handler);
+    }
+    patch
+}
+
 fn images_patch(images: &BTreeMap<String, String>) -> Value {
     let containers: Vec<Value> = images
         .iter()
@@ -291,6 +307,30 @@ mod tests {
         assert_eq!(
             ready_status_patch(&opened, &gate_only, now),
             json!({"status": condition})
+        );
+    }
+
+    #[test]
+    fn a_restoring_move_puts_the_hooks_labels_and_finalizers_back() {
+        let hook = LifecycleHook {
+            labels_handler: [("hook".to_owned(), "on".to_owned())].into(),
+            finalizers_handler: vec!["example.com/hold".to_owned()],
+            mark_pod_not_ready: false,
+        };
+        assert_eq!(
+            lifecycle_patch_restoring(LifecycleState::PreparingUpdate, &hook),
+            json!({"metadata": {
+                "labels": {LABEL_LIFECYCLE_STATE: "PreparingUpdate", "hook": "on"},
+                "finalizers": ["example.com/hold"],
+            }})
+        );
+        let labels_only = LifecycleHook {
+            finalizers_handler: vec![],
+            ..hook
+        };
+        assert_eq!(
+            lifecycle_patch_restoring(LifecycleState::PreparingUpdate, &labels_only),
+            json!({"metadata": {"labels": {LABEL_LIFECYCLE_STATE: "PreparingUpdate", "hook": "on"}}})
         );
     }
 

@@ -16,12 +16,16 @@ pub struct PodCreation {
 /// A pod moved to another lifecycle state (label
 /// `lifecycle.apps.kruise.io/state`). `mark_not_ready` asks for the
 /// `KruisePodReady` condition to go False first (`markPodNotReady` hooks;
-/// [`super::hold_before_move`]).
+/// [`super::hold_before_move`]). `restore_hook` puts the inPlaceUpdate
+/// hook's labels and finalizers back on the pod in the same write (an
+/// `Updated` pod to be updated again waits for the hook's owner as a
+/// `Normal` one does).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LifecycleChange {
     pub pod: String,
     pub to: LifecycleState,
     pub mark_not_ready: bool,
+    pub restore_hook: bool,
 }
 
 /// The pod's `KruisePodReady` condition rewritten for its lifecycle state

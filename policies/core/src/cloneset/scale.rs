@@ -27,6 +27,7 @@ fn delete_or_prepare(pod: &Pod, settings: &Settings, plan: &mut Plan) -> bool {
             pod: name(pod).to_owned(),
             to: LifecycleState::PreparingDelete,
             mark_not_ready: hook.is_some_and(|h| h.mark_pod_not_ready),
+            restore_hook: false,
         });
         return true;
     }
@@ -76,6 +77,7 @@ pub fn plan_scale(settings: &Settings, pods: &[&Pod], now: Timestamp, plan: &mut
                 pod: name(pod).to_owned(),
                 to: LifecycleState::PreparingNormal,
                 mark_not_ready: false,
+                restore_hook: false,
             })
             .collect();
         if !regrets.is_empty() {

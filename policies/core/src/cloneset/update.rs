@@ -84,6 +84,7 @@ fn refresh(settings: &Settings, pods: &[&Pod], now: Timestamp, plan: &mut Plan) 
                 pod: pod_name.clone(),
                 to,
                 mark_not_ready: false,
+                restore_hook: false,
             });
         }
         if let Some(condition) = readiness_condition(&settings.lifecycle, pod, now) {
@@ -288,11 +289,16 @@ fn update_one(
                 state,
                 None | Some(LifecycleState::PreparingNormal | LifecycleState::Normal)
             );
-            if hook_configured(hook) && may_hold && is_hooked(hook, pod) {
+            // An Updated pod (its hook's owner has not put the hook back
+            // since the last update) gets the hook back with the move, as
+            // OpenKruise does, and then waits for the owner like any other.
+            let updated = state == Some(LifecycleState::Updated);
+            if hook_configured(hook) && (updated || (may_hold && is_hooked(hook, pod))) {
                 plan.lifecycle.push(LifecycleChange {
                     pod: pod_name,
                     to: LifecycleState::PreparingUpdate,
                     mark_not_ready: hook.is_some_and(|h| h.mark_pod_not_ready),
+                    restore_hook: updated,
                 });
             } else if state == Some(LifecycleState::PreparingUpdate) && is_hooked(hook, pod) {
                 // Still held by the hook's owner: wait.
