@@ -378,6 +378,10 @@ fn new_pod_with_pre_normal_hook_opens_its_gate_without_waiting_for_the_hook() {
     );
 }
 
+/// A hooked pod moves to PreparingUpdate instead of being updated; so
+/// does a pod left `Updated` by its last update (the hook's owner has not
+/// put the hook back), with the hook restored in the same write, as
+/// OpenKruise's `UpdatePodLifecycleWithHandler` does.
 #[test]
 fn in_place_update_normal_to_preparing_update_pod_does_hook() {
     let mut hook = label_hook("upgrade-hook");
@@ -392,51 +396,23 @@ fn in_place_update_normal_to_preparing_update_pod_does_hook() {
             ..Default::default()
         },
     );
-    let mut pod = ready_pod("p0", REV_A);
-    set_label(&mut pod, "upgrade-hook", "true");
-    let plan = run(&cs, &[pod], &image_revisions(REV_A, REV_B), NO_GATES);
-    assert_eq!(
-        plan.lifecycle,
-        vec![LifecycleChange {
-            pod: "p0".into(),
-            to: LifecycleState::PreparingUpdate,
-            mark_not_ready: true,
-            restore_hook: false,
-        }]
-    );
-    assert!(plan.in_place_update.is_empty());
-}
-
-/// OpenKruise's `UpdatePodLifecycleWithHandler`: a pod left `Updated` by
-/// its last update (the hook's owner has not put the hook back) is moved
-/// to PreparingUpdate with the hook restored, not updated at once.
-#[test]
-fn in_place_update_updated_pod_gets_its_hook_back_first() {
-    let mut hook = label_hook("upgrade-hook");
-    hook.mark_pod_not_ready = true;
-    let cs = with_lifecycle(
-        with_type(
-            cloneset(1, "0", "1", "0"),
-            CloneSetUpdateStrategyType::InPlaceIfPossible,
-        ),
-        Lifecycle {
-            in_place_update: Some(hook),
-            ..Default::default()
-        },
-    );
-    let mut pod = ready_pod("p0", REV_A);
-    set_label(&mut pod, LABEL_LIFECYCLE_STATE, "Updated");
-    let plan = run(&cs, &[pod], &image_revisions(REV_A, REV_B), NO_GATES);
-    assert_eq!(
-        plan.lifecycle,
-        vec![LifecycleChange {
-            pod: "p0".into(),
-            to: LifecycleState::PreparingUpdate,
-            mark_not_ready: true,
-            restore_hook: true,
-        }]
-    );
-    assert!(plan.in_place_update.is_empty());
+    let mut hooked = ready_pod("p0", REV_A);
+    set_label(&mut hooked, "upgrade-hook", "true");
+    let mut updated = ready_pod("p0", REV_A);
+    set_label(&mut updated, LABEL_LIFECYCLE_STATE, "Updated");
+    for (pod, restore_hook) in [(hooked, false), (updated, true)] {
+        let plan = run(&cs, &[pod], &image_revisions(REV_A, REV_B), NO_GATES);
+        assert_eq!(
+            plan.lifecycle,
+            vec![LifecycleChange {
+                pod: "p0".into(),
+                to: LifecycleState::PreparingUpdate,
+                mark_not_ready: true,
+                restore_hook,
+            }]
+        );
+        assert!(plan.in_place_update.is_empty());
+    }
 }
 
 #[test]
