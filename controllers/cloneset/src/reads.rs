@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::expectations::WatchReads;
-use kruise_core::cloneset::LABEL_INSTANCE_ID;
+use kruise_core::cloneset::{LABEL_INSTANCE_ID, is_active};
 use kruise_core::owner::{is_controlled_by, is_orphan};
 use kruise_core::selector::{matches, to_selector_string, validate};
 use kube::api::ListParams;
@@ -146,12 +146,14 @@ impl Owner<'_> {
         }))
     }
 
-    /// Its pods that its selector no longer matches (spec 03 §3), as the
-    /// pod watch has them.
+    /// Its active pods that its selector no longer matches (spec 03 §3),
+    /// as the pod watch has them. One going away leaves its claims to the
+    /// CloneSet, as any pod that goes does.
     fn strays(&self) -> Vec<Pod> {
         let selector = &self.cloneset.spec.selector;
         let stray = |pod: &Pod| {
             pod.namespace().as_deref() == Some(self.namespace)
+                && is_active(pod)
                 && is_controlled_by(pod.meta(), self.uid)
                 && !matches(selector, pod.labels()).unwrap_or(true)
         };

@@ -874,6 +874,42 @@ mod tests {
         }
     }
 
+    /// An `Updated` pod to be updated again gets the inPlaceUpdate hook's
+    /// label back with its move to PreparingUpdate, and keeps its image
+    /// until the hook's owner lets it go.
+    #[tokio::test]
+    async fn an_updated_pod_gets_its_hook_back_before_another_update() {
+        let api = FakeApi::default();
+        let mut hooked = cloneset(1, "nginx:1", "InPlaceIfPossible");
+        hooked["spec"]["lifecycle"] = json!({"inPlaceUpdate": {"labelsHandler": {"hook": "on"}}});
+        api.insert("clonesets", hooked);
+        round(&api).await;
+        make_ready(&api).await;
+        let name = pods(&api).await[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
+        let updated = json!({"metadata": {"labels": {LABEL_LIFECYCLE_STATE: "Updated"}}});
+        pods_api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(updated))
+            .await
+            .unwrap();
+
+        new_main_image(&api).await;
+        // The first round opens the in-place gate the fake kubelet's
+        // status write dropped; the second moves the pod.
+        round(&api).await;
+        round(&api).await;
+        let pod = &pods(&api).await[0];
+        let labels = &pod["metadata"]["labels"];
+        assert_eq!(
+            (&labels[LABEL_LIFECYCLE_STATE], &labels["hook"]),
+            (&json!("PreparingUpdate"), &json!("on"))
+        );
+        assert_eq!(container_images(pod)[0], "main=nginx:1");
+    }
+
     /// A preDelete hook with `markPodNotReady`: the pod scaled in is held
     /// not-ready (a `KruisePodReady` holder, on the version read) before
     /// it moves to PreparingDelete, and the hold is written once.

@@ -415,6 +415,33 @@ fn in_place_update_normal_to_preparing_update_pod_does_hook() {
     }
 }
 
+/// A rollback (partition raised, with its gate) of an `Updated` pod is
+/// made in place at once: moved to PreparingUpdate, the refresh would take
+/// it straight back (it is at the update revision), every round.
+#[test]
+fn in_place_rollback_of_an_updated_pod_restores_no_hook() {
+    let cs = with_lifecycle(
+        with_type(
+            cloneset(1, "1", "1", "0"),
+            CloneSetUpdateStrategyType::InPlaceIfPossible,
+        ),
+        Lifecycle {
+            in_place_update: Some(label_hook("upgrade-hook")),
+            ..Default::default()
+        },
+    );
+    let mut pod = ready_pod("p0", REV_B);
+    set_label(&mut pod, LABEL_LIFECYCLE_STATE, "Updated");
+    let gates = FeatureGates {
+        partition_rollback: true,
+        ..NO_GATES
+    };
+    let plan = run(&cs, &[pod], &image_revisions(REV_A, REV_B), gates);
+    assert!(plan.lifecycle.is_empty(), "{:?}", plan.lifecycle);
+    assert_eq!(plan.in_place_update.len(), 1);
+    assert_eq!(plan.in_place_update[0].spec.revision, REV_A);
+}
+
 #[test]
 fn in_place_update_preparing_update_to_updating_when_unhooked() {
     let cs = with_lifecycle(

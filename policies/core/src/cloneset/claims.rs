@@ -85,8 +85,8 @@ pub fn plan_claims(
     plan
 }
 
-/// The claims of a pod the CloneSet releases (its selector no longer
-/// matches it), each with the merge patch that hands it to the pod: the
+/// The claims a pod the CloneSet releases (its selector no longer matches
+/// it) mounts, each with the merge patch that hands it to the pod: the
 /// CloneSet's owner reference replaced by the pod's, on the version read.
 /// The released pod keeps its volumes and takes them when it goes; the
 /// claims no longer look free to the CloneSet, whose replacement would
@@ -96,24 +96,26 @@ pub fn handed_to_released_pod(
     pod: &Pod,
     claims: &[PersistentVolumeClaim],
 ) -> Vec<(String, Value)> {
-    let id = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_INSTANCE_ID));
-    let (Some(id), Some(pod_ref)) = (id, pod_reference(pod)) else {
+    let Some(pod_ref) = pod_reference(pod) else {
         return Vec::new();
     };
+    // The claims it mounts, whatever its labels now say.
+    let mounted: BTreeSet<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|spec| spec.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|source| source.claim_name.as_str())
+        .collect();
     claims
         .iter()
         .filter(|claim| is_controlled_by(&claim.metadata, cloneset_uid))
         .filter(|claim| {
             claim
                 .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_INSTANCE_ID))
-                == Some(id)
+                .name
+                .as_deref()
+                .is_some_and(|name| mounted.contains(name))
         })
         .filter_map(|claim| {
             let mut owners = release_patch(&claim.metadata, cloneset_uid);
@@ -223,6 +225,14 @@ mod tests {
     fn a_released_pod_takes_its_own_claims_only() {
         let mut released = pod("aaaaa");
         released.metadata.uid = Some("pod-uid".into());
+        // Relabelled without its instance id: its volumes still name them.
+        released.metadata.labels = None;
+        released.spec = Some(
+            serde_json::from_value(json!({"containers": [], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-cs-aaaaa"}},
+                {"name": "scratch", "emptyDir": {}}]}))
+            .unwrap(),
+        );
         let mut claims = vec![
             claim("aaaaa", UID, false),
             claim("bbbbb", UID, false),

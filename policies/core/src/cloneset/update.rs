@@ -292,7 +292,11 @@ fn update_one(
             // An Updated pod (its hook's owner has not put the hook back
             // since the last update) gets the hook back with the move, as
             // OpenKruise does, and then waits for the owner like any other.
-            let updated = state == Some(LifecycleState::Updated);
+            // Not on a rollback (partition raised, with its gate): the
+            // refresh would take it from PreparingUpdate straight back, a
+            // move every round.
+            let updated =
+                state == Some(LifecycleState::Updated) && target == settings.update_revision;
             if hook_configured(hook) && (updated || (may_hold && is_hooked(hook, pod))) {
                 plan.lifecycle.push(LifecycleChange {
                     pod: pod_name,
