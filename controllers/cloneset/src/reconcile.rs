@@ -278,7 +278,8 @@ async fn release(
     for pod in strays {
         for (claim, patch) in handed_to_released_pod(owner_uid, pod, claims) {
             let handed = claim_api.patch(&claim, &params, &Patch::Merge(patch)).await;
-            match unless_raced(handed, &format!("hand claim {claim} to its pod"))? {
+            let what = format!("hand claim {claim} to its pod");
+            match api_error::raced(handed).map_err(ReconcileError::api(what))? {
                 Some(handed) => written.claims.wrote(&handed),
                 None => return Ok(()),
             }
@@ -286,24 +287,12 @@ async fn release(
         let name = pod.name_any();
         let patch = release_patch(&pod.metadata, owner_uid);
         let released = pods.patch(&name, &params, &Patch::Merge(patch)).await;
-        if let Some(released) = unless_raced(released, &format!("release pod {name}"))? {
+        let what = format!("release pod {name}");
+        if let Some(released) = api_error::raced(released).map_err(ReconcileError::api(what))? {
             written.pods.wrote(&released);
         }
     }
     Ok(())
-}
-
-/// A write's result where a conflict or a missing object is a race lost
-/// (`None`: the next round plans again), anything else the round's error.
-fn unless_raced<K>(
-    result: Result<K, kube::Error>,
-    what: &str,
-) -> Result<Option<K>, ReconcileError> {
-    match result {
-        Ok(object) => Ok(Some(object)),
-        Err(e) if api_error::is_conflict(&e) || api_error::is_not_found(&e) => Ok(None),
-        Err(e) => Err(ReconcileError::api(what.to_owned())(e)),
-    }
 }
 
 /// The condition a round's failure sets and its message (spec 03 §1.3):
@@ -1067,6 +1056,15 @@ mod tests {
         assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
     }
 
+    /// The user's relabel that takes pod `name` out of the selector.
+    async fn relabel_out_of_service(api: &FakeApi, name: &str) {
+        let relabel = json!({"metadata": {"labels": {"app": "debugging"}}});
+        Api::<Pod>::namespaced(api.client(), "default")
+            .patch(name, &PatchParams::default(), &Patch::Merge(relabel))
+            .await
+            .unwrap();
+    }
+
     /// A pod relabelled out of the selector is released (its owner
     /// reference goes, on the version read) and replaced in the next round;
     /// a pod of another owner is left alone.
@@ -1081,12 +1079,7 @@ mod tests {
             .as_str()
             .unwrap()
             .to_owned();
-        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
-        let relabel = json!({"metadata": {"labels": {"app": "debugging"}}});
-        pods_api
-            .patch(&stray, &PatchParams::default(), &Patch::Merge(relabel))
-            .await
-            .unwrap();
+        relabel_out_of_service(&api, &stray).await;
         let mut foreign = pods(&api).await[1].clone();
         foreign["metadata"]["name"] = json!("foreign");
         foreign["metadata"]["labels"]["app"] = json!("debugging");
@@ -1135,12 +1128,7 @@ mod tests {
             .as_str()
             .unwrap()
             .to_owned();
-        let pods_api = Api::<Pod>::namespaced(api.client(), "default");
-        let relabel = json!({"metadata": {"labels": {"app": "debugging"}}});
-        pods_api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(relabel))
-            .await
-            .unwrap();
+        relabel_out_of_service(&api, &name).await;
         pod_watch.apply(listed(&api).await).await;
 
         assert_eq!(round_in(&api, &context).await, Action::requeue(STORE_WAIT));

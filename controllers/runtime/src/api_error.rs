@@ -42,9 +42,15 @@ pub fn unless_raced<T>(
     result: Result<T, kube::Error>,
     action: &'static str,
 ) -> Result<(), ApiFailure> {
+    raced(result).map(drop).map_err(failed(action))
+}
+
+/// A write's result with a lost race (a conflict, or the object gone) as
+/// `None`; any other error stays one.
+pub fn raced<T>(result: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {
     match result {
-        Ok(_) => Ok(()),
-        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(()),
-        Err(error) => Err(failed(action)(error)),
+        Ok(object) => Ok(Some(object)),
+        Err(error) if is_conflict(&error) || is_not_found(&error) => Ok(None),
+        Err(error) => Err(error),
     }
 }
