@@ -1,5 +1,6 @@
 //! Performing a plan's writes, in the order the planner means them.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use futures::future::join_all;
@@ -37,6 +38,8 @@ pub(crate) struct Observed<'a> {
     pub pods: &'a [Pod],
     /// Every claim with an instance id in the namespace.
     pub claims: &'a [PersistentVolumeClaim],
+    /// Pods outside the selection that may mount its claims.
+    pub holders: &'a [Pod],
 }
 
 /// Where the round's writes are noted, for the reads of later rounds.
@@ -64,9 +67,19 @@ pub(crate) async fn execute(
         cloneset,
         pods: &pod_api,
     };
-    let Observed { pods, claims } = observed;
+    let Observed {
+        pods,
+        claims,
+        holders,
+    } = observed;
 
-    let claim_plan = plan_claims(cloneset, pods, claims, &plan.delete);
+    // Copied only in the rare round that found some.
+    let with_holders = if holders.is_empty() {
+        Cow::Borrowed(pods)
+    } else {
+        Cow::Owned([pods, holders].concat())
+    };
+    let claim_plan = plan_claims(cloneset, &with_holders, claims, &plan.delete);
     let mut ids = InstanceIds::new(pods, claims, claim_plan.reusable_ids);
     writer.create_pods(&mut ids, revisions, plan, now).await?;
     writer.delete_pods(&plan.delete, pods).await?;
@@ -297,7 +310,7 @@ impl Writer<'_> {
         update: &InPlaceUpdate,
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
-        let mut pod = std::borrow::Cow::Borrowed(planned);
+        let mut pod = Cow::Borrowed(planned);
         for attempt in 1..=IN_PLACE_ATTEMPTS {
             match self
                 .patch(&update.pod, update_patch(&pod, &update.spec, now))
@@ -313,7 +326,7 @@ impl Writer<'_> {
                         // Moved on under us: the next round plans from what is there.
                         return Ok(());
                     }
-                    pod = std::borrow::Cow::Owned(fresh);
+                    pod = Cow::Owned(fresh);
                 }
                 result => return result,
             }

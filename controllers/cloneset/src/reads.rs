@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::expectations::WatchReads;
+use kruise_core::cloneset::claims::holder_names;
 use kruise_core::cloneset::{LABEL_INSTANCE_ID, is_active};
 use kruise_core::owner::{is_controlled_by, is_orphan};
 use kruise_core::selector::{matches, to_selector_string, validate};
@@ -41,9 +42,13 @@ pub struct Owned {
     pub claims: Vec<PersistentVolumeClaim>,
     /// Pods it controls whose labels its selector no longer matches (a
     /// user relabelled them out of service), to be released. Read from the
-    /// pod watch only: none while it cannot be trusted, and a later round
-    /// releases them.
+    /// pod watch; while it cannot be trusted, only those found among the
+    /// `holders`, and a later round releases the others.
     pub strays: Vec<Pod>,
+    /// Active pods outside its selection that may mount its claims: those
+    /// named after a claim no pod of `pods` has (strays among them). Their
+    /// claims are in use: not to be deleted, nor given to a new pod.
+    pub holders: Vec<Pod>,
 }
 
 /// The pods and revisions `cloneset` (with `uid`) controls; `key` is its
@@ -85,12 +90,20 @@ pub async fn read(
     let Some(claims) = owner.claims().await? else {
         return Ok(None);
     };
-    let strays = owner.strays();
+    let holders = owner.holders(&pods, &claims).await?;
+    let strays = owner.strays().unwrap_or_else(|| {
+        holders
+            .iter()
+            .filter(|pod| owner.is_stray(pod))
+            .cloned()
+            .collect()
+    });
     Ok(Some(Owned {
         pods,
         revisions,
         claims,
         strays,
+        holders,
     }))
 }
 
@@ -147,23 +160,51 @@ impl Owner<'_> {
     }
 
     /// Its active pods that its selector no longer matches (spec 03 §3),
-    /// as the pod watch has them. One going away leaves its claims to the
-    /// CloneSet, as any pod that goes does.
-    fn strays(&self) -> Vec<Pod> {
-        let selector = &self.cloneset.spec.selector;
-        let stray = |pod: &Pod| {
+    /// as the pod watch has them; None while the watch cannot be trusted.
+    /// One going away leaves its claims to the CloneSet, as any pod that
+    /// goes does.
+    fn strays(&self) -> Option<Vec<Pod>> {
+        let stray =
+            |pod: &Pod| pod.namespace().as_deref() == Some(self.namespace) && self.is_stray(pod);
+        let cached = self.context.pods.cached(self.key, stray)?;
+        Some(cached.iter().map(|pod| Pod::clone(pod)).collect())
+    }
+
+    fn is_stray(&self, pod: &Pod) -> bool {
+        is_active(pod)
+            && is_controlled_by(pod.meta(), self.uid)
+            && !matches(&self.cloneset.spec.selector, pod.labels()).unwrap_or(true)
+    }
+
+    /// The active pods outside `pods` named after one of `claims` that no
+    /// pod of `pods` has ([`holder_names`]): from the pod watch, or asked
+    /// for by name while it cannot be trusted (a LIST by the selector
+    /// cannot show a pod relabelled out of it).
+    async fn holders(
+        &self,
+        pods: &[Pod],
+        claims: &[PersistentVolumeClaim],
+    ) -> Result<Vec<Pod>, ReconcileError> {
+        let names = holder_names(self.cloneset, pods, claims);
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let holder = |pod: &Pod| {
             pod.namespace().as_deref() == Some(self.namespace)
+                && names.contains(&pod.name_any())
                 && is_active(pod)
-                && is_controlled_by(pod.meta(), self.uid)
-                && !matches(selector, pod.labels()).unwrap_or(true)
         };
-        self.context
-            .pods
-            .cached(self.key, stray)
-            .unwrap_or_default()
-            .iter()
-            .map(|pod| Pod::clone(pod))
-            .collect()
+        if let Some(cached) = self.context.pods.cached(self.key, holder) {
+            return Ok(cached.iter().map(|pod| Pod::clone(pod)).collect());
+        }
+        let api = Api::<Pod>::namespaced(self.context.shared.client.clone(), self.namespace);
+        let mut found = Vec::new();
+        for name in &names {
+            let read = api.get_opt(name).await;
+            let pod = read.map_err(ReconcileError::api(format!("read pod {name}")))?;
+            found.extend(pod.filter(is_active));
+        }
+        Ok(found)
     }
 
     /// The objects of `reads` in the CloneSet's namespace that its

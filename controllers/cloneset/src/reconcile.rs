@@ -131,17 +131,18 @@ async fn reconcile_cloneset(
     let claims_written = context.claims.writes_of(&key);
     let context = &context.shared;
     let client = &context.client;
-    let released = Released {
+    let written = Writes {
         pods: written,
         claims: claims_written,
     };
-    if tidy(client, cloneset, &uid, &owned, released).await? {
+    if tidy(client, cloneset, &uid, &owned, written).await? {
         return Ok(Action::requeue(STORE_WAIT));
     }
     let Owned {
         pods,
         mut revisions,
         claims,
+        holders,
         ..
     } = owned;
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
@@ -183,10 +184,7 @@ async fn reconcile_cloneset(
     let observed = Observed {
         pods: &pods,
         claims: &claims,
-    };
-    let written = Writes {
-        pods: written,
-        claims: claims_written,
+        holders: &holders,
     };
     let resolved = &revision_plan.revisions;
     let executed = execute(context, written, cloneset, observed, resolved, &round, now).await;
@@ -227,7 +225,7 @@ async fn tidy(
     cloneset: &CloneSet,
     uid: &str,
     owned: &Owned,
-    released: Released<'_>,
+    written: Writes<'_>,
 ) -> Result<bool, ReconcileError> {
     if let Some(kept) = pruned_pods_to_delete(cloneset, &owned.pods) {
         // Before any pod is made: a replacement that reuses a gone pod's
@@ -242,7 +240,7 @@ async fn tidy(
     let namespace = cloneset.namespace().unwrap_or_default();
     release(
         client,
-        released,
+        written,
         &namespace,
         uid,
         &owned.strays,
@@ -252,13 +250,6 @@ async fn tidy(
     Ok(true)
 }
 
-/// Where a release's writes are noted.
-#[derive(Clone, Copy)]
-struct Released<'a> {
-    pods: OwnerWrites<'a>,
-    claims: OwnerWrites<'a>,
-}
-
 /// Releases pods the CloneSet controls but no longer selects (spec 03 §3):
 /// their claims are handed to them first, then their owner reference goes,
 /// so deleting the CloneSet leaves them, and the next round (which never
@@ -266,7 +257,7 @@ struct Released<'a> {
 /// claim written or deleted meanwhile is left to the next round.
 async fn release(
     client: &kube::Client,
-    written: Released<'_>,
+    written: Writes<'_>,
     namespace: &str,
     owner_uid: &str,
     strays: &[Pod],
@@ -1153,6 +1144,80 @@ mod tests {
             .filter(|i| *i == id)
             .collect();
         assert_eq!(ids.len(), 1, "only the released pod has its id");
+    }
+
+    /// A CloneSet with a claim template and `disablePVCReuse`.
+    fn claimed_without_reuse() -> Value {
+        let mut claimed = cloneset(2, "nginx:1", "ReCreate");
+        claimed["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}}]);
+        claimed["spec"]["scaleStrategy"] = json!({"disablePVCReuse": true});
+        claimed
+    }
+
+    fn claim_deletes(seen: &[Seen]) -> usize {
+        writes(seen)
+            .iter()
+            .filter(|w| w.starts_with("DELETE") && w.contains("persistentvolumeclaims"))
+            .count()
+    }
+
+    /// Read from the API server (no watch to trust), a pod relabelled out
+    /// of the selector is not in the LIST: its claims looked like a gone
+    /// pod's and, with disablePVCReuse, were deleted under it. It is found
+    /// by the name its claims give, and released with them.
+    #[tokio::test]
+    async fn a_stray_read_from_the_api_server_keeps_its_claims() {
+        let api = FakeApi::default();
+        api.insert("clonesets", claimed_without_reuse());
+        round(&api).await;
+        let stray = pods(&api).await[0].clone();
+        let name = stray["metadata"]["name"].as_str().unwrap().to_owned();
+        relabel_out_of_service(&api, &name).await;
+
+        assert_eq!(round(&api).await, Action::requeue(STORE_WAIT));
+        round(&api).await;
+        assert_eq!(claim_deletes(&api.seen()), 0);
+        let stored = api.get(&format!("{PODS}/{name}")).unwrap();
+        assert_eq!(stored["metadata"]["ownerReferences"], json!([]));
+        let id = stray["metadata"]["labels"][LABEL_INSTANCE_ID]
+            .as_str()
+            .unwrap();
+        let claim = format!("/api/v1/namespaces/default/persistentvolumeclaims/data-demo-{id}");
+        let owner = &api.get(&claim).unwrap()["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (&owner["kind"], &owner["name"]),
+            (&json!("Pod"), &json!(name))
+        );
+        assert_eq!(pods(&api).await.len(), 3, "the released pod and two");
+    }
+
+    /// A pod someone took from the CloneSet (its owner reference removed)
+    /// still mounts its claims: they are neither deleted nor given to a
+    /// new pod, which would have its name.
+    #[tokio::test]
+    async fn claims_a_pod_taken_from_the_cloneset_mounts_stay() {
+        let api = FakeApi::default();
+        api.insert("clonesets", claimed_without_reuse());
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), None);
+        round_in(&api, &context).await;
+        let taken = pods(&api).await[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let orphaned = json!({"metadata": {"ownerReferences": []}});
+        Api::<Pod>::namespaced(api.client(), "default")
+            .patch(&taken, &PatchParams::default(), &Patch::Merge(orphaned))
+            .await
+            .unwrap();
+        pod_watch.apply(listed(&api).await).await;
+
+        let before = api.seen().len();
+        round_in(&api, &context).await;
+        assert_eq!(claim_deletes(&api.seen()[before..]), 0);
+        assert_eq!(pods(&api).await.len(), 3, "the taken pod and two");
     }
 
     /// A round that waits for the watches and sends nothing.

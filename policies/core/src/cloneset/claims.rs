@@ -11,13 +11,14 @@
 //! Claims without the CloneSet as controller are never touched; a pod the
 //! CloneSet releases takes its claims along.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 
 use serde_json::{Value, json};
 
+use super::new_pod::pod_name;
 use super::{LABEL_INSTANCE_ID, is_active};
 use crate::owner::{is_controlled_by, release_patch};
 
@@ -30,8 +31,10 @@ pub struct ClaimPlan {
     pub reusable_ids: Vec<String>,
 }
 
-/// `pods` are the CloneSet's pods as listed (terminating ones included),
-/// `deleted` the names of those the round deletes.
+/// `pods` are the CloneSet's pods as listed (terminating ones included)
+/// and the active pods outside its selection named after one of its
+/// claims (see [`holder_names`]); `deleted` the names of those the round
+/// deletes.
 pub fn plan_claims(
     cloneset: &CloneSet,
     pods: &[Pod],
@@ -39,10 +42,7 @@ pub fn plan_claims(
     deleted: &[String],
 ) -> ClaimPlan {
     let uid = cloneset.metadata.uid.as_deref().unwrap_or_default();
-    let id_of = |labels: Option<&std::collections::BTreeMap<String, String>>| {
-        labels.and_then(|l| l.get(LABEL_INSTANCE_ID)).cloned()
-    };
-    let deleted_ids: BTreeSet<String> = pods
+    let deleted_ids: BTreeSet<&str> = pods
         .iter()
         .filter(|pod| {
             pod.metadata
@@ -50,16 +50,9 @@ pub fn plan_claims(
                 .as_ref()
                 .is_some_and(|n| deleted.contains(n))
         })
-        .filter_map(|pod| id_of(pod.metadata.labels.as_ref()))
+        .filter_map(|pod| instance_id(pod.metadata.labels.as_ref()))
         .collect();
-    // A terminating pod no longer holds its id (OpenKruise plans with
-    // active pods only): its replacement takes the id and the claims back.
-    let live_ids: BTreeSet<String> = pods
-        .iter()
-        .filter(|pod| is_active(pod))
-        .filter_map(|pod| id_of(pod.metadata.labels.as_ref()))
-        .filter(|id| !deleted_ids.contains(id))
-        .collect();
+    let live_ids = live_ids(pods, &deleted_ids);
     let reuse = !cloneset
         .spec
         .scale_strategy
@@ -67,22 +60,68 @@ pub fn plan_claims(
         .is_some_and(|s| s.disable_pvc_reuse);
     let mut plan = ClaimPlan::default();
     let mut reusable = BTreeSet::new();
-    for claim in claims {
-        let meta = &claim.metadata;
-        if !is_controlled_by(meta, uid) || meta.deletion_timestamp.is_some() {
-            continue;
-        }
-        let (Some(id), Some(name)) = (id_of(meta.labels.as_ref()), meta.name.clone()) else {
-            continue;
-        };
-        if deleted_ids.contains(&id) || (!reuse && !live_ids.contains(&id)) {
-            plan.delete.push(name);
-        } else if !live_ids.contains(&id) {
-            reusable.insert(id);
+    for (id, name) in own_claims(uid, claims) {
+        if deleted_ids.contains(id) || (!reuse && !live_ids.contains(id)) {
+            plan.delete.push(name.to_owned());
+        } else if !live_ids.contains(id) {
+            reusable.insert(id.to_owned());
         }
     }
     plan.reusable_ids = reusable.into_iter().collect();
     plan
+}
+
+/// The names of the pods that may still hold the CloneSet's claims that no
+/// active pod of `pods` (its pods as listed) has: `<cloneset>-<id>`, as
+/// every pod it makes is named. A pod by such a name outside its selection
+/// (a user relabelled it, or took it from the CloneSet) still mounts them:
+/// the controller looks for these pods, and a round that did not see one
+/// would delete or reuse claims in use.
+pub fn holder_names(
+    cloneset: &CloneSet,
+    pods: &[Pod],
+    claims: &[PersistentVolumeClaim],
+) -> Vec<String> {
+    let uid = cloneset.metadata.uid.as_deref().unwrap_or_default();
+    let cloneset_name = cloneset.metadata.name.as_deref().unwrap_or_default();
+    let live_ids = live_ids(pods, &BTreeSet::new());
+    let free: BTreeSet<&str> = own_claims(uid, claims)
+        .map(|(id, _)| id)
+        .filter(|id| !live_ids.contains(id))
+        .collect();
+    free.into_iter()
+        .map(|id| pod_name(cloneset_name, id))
+        .collect()
+}
+
+/// The instance ids active pods hold, but for `deleted_ids`. A terminating
+/// pod no longer holds its id (OpenKruise plans with active pods only):
+/// its replacement takes the id and the claims back.
+fn live_ids<'a>(pods: &'a [Pod], deleted_ids: &BTreeSet<&str>) -> BTreeSet<&'a str> {
+    pods.iter()
+        .filter(|pod| is_active(pod))
+        .filter_map(|pod| instance_id(pod.metadata.labels.as_ref()))
+        .filter(|id| !deleted_ids.contains(id))
+        .collect()
+}
+
+/// (instance id, name) of the claims the CloneSet with `uid` controls and
+/// that are not going away.
+fn own_claims<'a>(
+    uid: &'a str,
+    claims: &'a [PersistentVolumeClaim],
+) -> impl Iterator<Item = (&'a str, &'a str)> {
+    claims.iter().filter_map(move |claim| {
+        let meta = &claim.metadata;
+        if !is_controlled_by(meta, uid) || meta.deletion_timestamp.is_some() {
+            return None;
+        }
+        Some((instance_id(meta.labels.as_ref())?, meta.name.as_deref()?))
+    })
+}
+
+fn instance_id(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
+    labels?.get(LABEL_INSTANCE_ID).map(String::as_str)
 }
 
 /// The claims a pod the CloneSet releases (its selector no longer matches
@@ -257,6 +296,41 @@ mod tests {
             plan_claims(&cloneset(false), &[], &[taken], &[]),
             ClaimPlan::default()
         );
+    }
+
+    #[test]
+    fn the_pods_that_may_hold_free_claims_are_named_after_their_ids() {
+        let mut terminating = pod("bbbbb");
+        terminating.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        let pods = [pod("aaaaa"), terminating];
+        let claims = [
+            claim("aaaaa", UID, false),
+            claim("bbbbb", UID, false),
+            claim("ccccc", UID, false),
+            claim("ddddd", "someone-else", false),
+            claim("eeeee", UID, true),
+        ];
+        assert_eq!(
+            holder_names(&cloneset(false), &pods, &claims),
+            ["cs-bbbbb", "cs-ccccc"]
+        );
+    }
+
+    #[test]
+    fn claims_a_pod_outside_the_selection_holds_stay() {
+        // cs-ccccc was relabelled out of the selection: found by its name,
+        // it is planned with, and its claims are in use.
+        let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
+        for disable in [false, true] {
+            let plan = plan_claims(
+                &cloneset(disable),
+                &[pod("aaaaa"), pod("ccccc")],
+                &claims,
+                &[],
+            );
+            assert_eq!(plan, ClaimPlan::default());
+        }
     }
 
     #[test]

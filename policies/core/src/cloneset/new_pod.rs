@@ -90,7 +90,7 @@ pub fn new_pod(
     }
     Pod {
         metadata: ObjectMeta {
-            name: Some(format!("{name}-{id}")),
+            name: Some(pod_name(&name, id)),
             namespace: cloneset.metadata.namespace.clone(),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -136,6 +136,11 @@ pub fn new_claims(cloneset: &CloneSet, id: &str) -> Vec<PersistentVolumeClaim> {
             claim
         })
         .collect()
+}
+
+/// The name of the CloneSet's pod of instance `id`.
+pub fn pod_name(cloneset: &str, id: &str) -> String {
+    format!("{cloneset}-{id}")
 }
 
 fn claim_name(volume: &str, cloneset: &str, id: &str) -> String {
