@@ -32,6 +32,7 @@ async fn v1beta1_objects_work_and_both_views_agree() {
 
     a_v1beta1_sidecarset_injects(kubeconfig, &client).await;
     a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig, &client).await;
+    each_cloneset_is_judged_by_its_versions_validator(kubeconfig);
     a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig);
     everything_is_stored_as_v1beta1(&client).await;
 }
@@ -163,6 +164,51 @@ async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig: &Path, cl
     assert_eq!(rolling["podUpdatePolicy"], "InPlaceIfPossible");
     assert_eq!(rolling["partition"], 1);
     assert_eq!(beta["status"]["readyReplicas"], 2);
+}
+
+/// As OpenKruise's webhook judges each version with its own validator,
+/// ours does, though it is handed every CloneSet as v1alpha1: the API
+/// server names the request's version (`requestKind`). OnDelete only in
+/// v1beta1; a progress deadline under minReadySeconds refused in v1alpha1
+/// only.
+fn each_cloneset_is_judged_by_its_versions_validator(kubeconfig: &Path) {
+    let cloneset = |version: &str, name: &str, spec: Value| {
+        let mut object = json!({
+            "apiVersion": version, "kind": "CloneSet",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "main", "image": "nginx:1.25"}]},
+                },
+            },
+        });
+        for (field, value) in spec.as_object().unwrap() {
+            object["spec"][field] = value.clone();
+        }
+        apply_text(kubeconfig, &object.to_string())
+    };
+    let on_delete = json!({"updateStrategy": {"type": "OnDelete"}});
+    let refused = cloneset(ALPHA, "alpha-on-delete", on_delete.clone());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("spec.updateStrategy.type"),
+        "{stderr}"
+    );
+    let accepted = cloneset(BETA, "beta-on-delete", on_delete);
+    assert!(accepted.status.success(), "{accepted:?}");
+
+    let deadline = json!({"minReadySeconds": 30, "progressDeadlineSeconds": 10});
+    let refused = cloneset(ALPHA, "alpha-deadline", deadline.clone());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("spec.progressDeadlineSeconds"),
+        "{stderr}"
+    );
+    let accepted = cloneset(BETA, "beta-deadline", deadline);
+    assert!(accepted.status.success(), "{accepted:?}");
 }
 
 fn a_v1alpha1_distribution_reads_as_v1beta1(kubeconfig: &Path) {

@@ -9,7 +9,7 @@ mod validation_common;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::{CloneSet, Strictness, object_from_value};
 use kruise_core::cloneset::validation::{
-    Violation, added_pods_to_delete, check_pod_to_delete, validate,
+    Validator, Violation, added_pods_to_delete, check_pod_to_delete, validate,
 };
 use serde_json::{Value, json};
 
@@ -29,12 +29,12 @@ fn fields(violations: &[Violation]) -> Vec<&str> {
 
 #[test]
 fn the_base_and_the_users_example_are_valid() {
-    assert_eq!(validate(&parse(base()), None), []);
+    assert_eq!(validate(&parse(base()), None, Validator::V1alpha1), []);
     let example: Value = serde_yaml::from_str(include_str!(
         "../../fixtures/examples/cloneset-surge-partition.yaml"
     ))
     .unwrap();
-    assert_eq!(validate(&parse(example), None), []);
+    assert_eq!(validate(&parse(example), None, Validator::V1alpha1), []);
 }
 
 /// A value our types refuse (an unknown enum value) is refused by the
@@ -54,7 +54,7 @@ fn validate_cloneset() {
                 );
             }
             Ok(parsed) => {
-                let violations = validate(&parsed, None);
+                let violations = validate(&parsed, None, Validator::V1alpha1);
                 assert_eq!(
                     fields(&violations),
                     [case.refused.as_str()],
@@ -71,12 +71,12 @@ fn zero_replicas_need_no_budget_and_percentages_round_up() {
     let mut value = base();
     value["spec"]["replicas"] = json!(0);
     value["spec"]["updateStrategy"]["maxSurge"] = json!(0);
-    assert_eq!(validate(&parse(value), None), []);
+    assert_eq!(validate(&parse(value), None, Validator::V1alpha1), []);
     // 1% of 5 rounds up to one pod: a budget.
     let mut value = base();
     value["spec"]["updateStrategy"]["maxSurge"] = json!(0);
     value["spec"]["updateStrategy"]["maxUnavailable"] = json!("1%");
-    assert_eq!(validate(&parse(value), None), []);
+    assert_eq!(validate(&parse(value), None, Validator::V1alpha1), []);
 }
 
 #[test]
@@ -85,12 +85,22 @@ fn updates_change_only_the_mutable_fields() {
     let mut scaled = base();
     scaled["spec"]["replicas"] = json!(10);
     scaled["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.9.1");
-    assert_eq!(validate(&parse(scaled), Some(&old)), []);
+    assert_eq!(
+        validate(&parse(scaled), Some(&old), Validator::V1alpha1),
+        []
+    );
 
     let mut reselected = base();
     reselected["spec"]["selector"]["matchLabels"]["tier"] = json!("web");
     reselected["spec"]["template"]["metadata"]["labels"]["tier"] = json!("web");
-    assert_eq!(fields(&validate(&parse(reselected), Some(&old))), ["spec"]);
+    assert_eq!(
+        fields(&validate(
+            &parse(reselected),
+            Some(&old),
+            Validator::V1alpha1
+        )),
+        ["spec"]
+    );
 }
 
 #[test]
@@ -100,11 +110,11 @@ fn in_place_only_updates_change_only_images() {
     let old = parse(in_place_only.clone());
     let mut image = in_place_only.clone();
     image["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.9.1");
-    assert_eq!(validate(&parse(image), Some(&old)), []);
+    assert_eq!(validate(&parse(image), Some(&old), Validator::V1alpha1), []);
     let mut env = in_place_only;
     env["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "1"}]);
     assert_eq!(
-        fields(&validate(&parse(env), Some(&old))),
+        fields(&validate(&parse(env), Some(&old), Validator::V1alpha1)),
         ["spec.template"]
     );
 }
@@ -207,7 +217,7 @@ fn pod_template_messages_are_the_api_servers() {
     let container = |field: &str, value: Value| {
         let mut object = base();
         object["spec"]["template"]["spec"]["containers"][0][field] = value;
-        validate(&parse(object), None)
+        validate(&parse(object), None, Validator::V1alpha1)
             .into_iter()
             .map(|v| v.to_string())
             .collect::<Vec<_>>()
@@ -253,4 +263,69 @@ fn pod_template_messages_are_the_api_servers() {
         json!({"limits": {"memory": "1Gi"}, "requests": {"memory": "1024Mi"}}),
     );
     assert_eq!(at_limit, Vec::<String>::new());
+}
+
+/// The two validators, on what only one of them refuses.
+#[test]
+fn each_version_is_judged_by_its_own_validator() {
+    let judged = |value: Value, old: Option<&CloneSet>, validator| {
+        let violations = validate(&parse(value), old, validator);
+        fields(&violations)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let mut on_delete = base();
+    on_delete["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    assert_eq!(
+        judged(on_delete.clone(), None, Validator::V1alpha1),
+        ["spec.updateStrategy.type"]
+    );
+    assert!(judged(on_delete, None, Validator::V1beta1).is_empty());
+
+    let mut deadline = base();
+    deadline["spec"]["minReadySeconds"] = json!(30);
+    deadline["spec"]["progressDeadlineSeconds"] = json!(10);
+    assert_eq!(
+        judged(deadline.clone(), None, Validator::V1alpha1),
+        ["spec.progressDeadlineSeconds"]
+    );
+    assert!(judged(deadline, None, Validator::V1beta1).is_empty());
+
+    let mut in_place_only = base();
+    in_place_only["spec"]["updateStrategy"] = json!({"type": "InPlaceOnly", "maxUnavailable": 1});
+    let old = parse(in_place_only.clone());
+    let mut env = in_place_only;
+    env["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "1"}]);
+    assert_eq!(
+        judged(env.clone(), Some(&old), Validator::V1alpha1),
+        ["spec.template"]
+    );
+    assert!(judged(env, Some(&old), Validator::V1beta1).is_empty());
+
+    // Refused by both, each naming the field where its version has it.
+    let mut no_budget = base();
+    no_budget["spec"]["updateStrategy"] =
+        json!({"partition": -1, "maxUnavailable": 0, "maxSurge": 0});
+    assert_eq!(
+        judged(no_budget.clone(), None, Validator::V1alpha1),
+        [
+            "spec.updateStrategy.partition",
+            "spec.updateStrategy.maxUnavailable"
+        ]
+    );
+    assert_eq!(
+        judged(no_budget, None, Validator::V1beta1),
+        [
+            "spec.updateStrategy.rollingUpdate.partition",
+            "spec.updateStrategy.rollingUpdate.maxUnavailable"
+        ]
+    );
+}
+
+#[test]
+fn the_validator_is_the_request_versions() {
+    assert_eq!(Validator::for_version("v1beta1"), Validator::V1beta1);
+    assert_eq!(Validator::for_version("v1alpha1"), Validator::V1alpha1);
+    assert_eq!(Validator::for_version(""), Validator::V1alpha1);
 }

@@ -173,6 +173,40 @@ fn pods_to_delete_are_read_from_the_cluster() {
     );
 }
 
+/// A request the user made in v1beta1 reaches the policy converted to
+/// v1alpha1, with `requestKind` naming v1beta1: it is judged by OpenKruise's
+/// v1beta1 validator, which takes OnDelete and looks no pod up.
+#[test]
+fn a_v1beta1_request_is_judged_as_openkruise_judges_v1beta1() {
+    let (base, _) = fixtures::validation_cases("cloneset").unwrap();
+    let made_in = |mut request: Value, version: &str| {
+        request["requestKind"] =
+            json!({"group": "apps.kruise.io", "version": version, "kind": "CloneSet"});
+        request
+    };
+    let mut on_delete = base.clone();
+    on_delete["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    let refused = answer(&made_in(create(&on_delete), "v1alpha1"));
+    assert_eq!(refused["code"], 422, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.updateStrategy.type: Invalid value: \"OnDelete\""),
+        "{refused}"
+    );
+    assert_eq!(
+        answer(&made_in(create(&on_delete), "v1beta1"))["accepted"],
+        true
+    );
+
+    let mut listing = base.clone();
+    listing["spec"]["scaleStrategy"] = json!({"podsToDelete": ["sample-gone"]});
+    let update = fixtures::kruise_request("CloneSet", "clonesets", "UPDATE", &listing, Some(&base));
+    assert_eq!(answer(&made_in(update.clone(), "v1alpha1"))["code"], 422);
+    assert_eq!(answer(&made_in(update, "v1beta1"))["accepted"], true);
+}
+
 /// A host error other than "not found" is not the pod's absence: an
 /// internal error, not a verdict on the CloneSet.
 #[test]

@@ -1,12 +1,14 @@
 //! Kubewarden policy: OpenKruise's CloneSet validating webhook. CREATE and
-//! UPDATE of an `apps.kruise.io/v1alpha1` CloneSet are checked by
-//! `kruise_core::cloneset::validation`, with the pods an update adds to
-//! `podsToDelete` read from the cluster; a CloneSet that does not parse, or
-//! has violations, is refused (422) naming the fields. Takes no settings.
+//! UPDATE of an `apps.kruise.io` CloneSet (handed over as v1alpha1) are
+//! checked by `kruise_core::cloneset::validation`, with the validator of
+//! the version the request was made in; for v1alpha1's, the pods an update
+//! adds to `podsToDelete` are read from the cluster. A CloneSet that does
+//! not parse, or has violations, is refused (422) naming the fields. Takes
+//! no settings.
 
 use kruise_api::CloneSet;
 use kruise_core::cloneset::validation::{
-    Violation, added_pods_to_delete, check_pod_to_delete, validate,
+    Validator, Violation, added_pods_to_delete, check_pod_to_delete, validate,
 };
 use kruise_policy_support::cluster::PodsAndNodes;
 /// The policy takes no settings; any given are refused.
@@ -37,7 +39,12 @@ pub fn evaluate<C: PodsAndNodes>(request: &KubernetesAdmissionRequest, cluster: 
     let old = (request.operation == "UPDATE")
         .then(|| read_object::<CloneSet>(&request.old_object).ok())
         .flatten();
-    let mut violations = validate(&new, old.as_ref());
+    let validator = Validator::for_version(request_version(request));
+    let mut violations = validate(&new, old.as_ref(), validator);
+    if validator == Validator::V1beta1 {
+        // v1beta1's validator does not look the pods up.
+        return invalid_unless_empty(&name, &violations);
+    }
     match pods_to_delete_violations(request, &new, old.as_ref(), cluster) {
         Ok(more) => violations.extend(more),
         Err(message) => {
@@ -47,10 +54,24 @@ pub fn evaluate<C: PodsAndNodes>(request: &KubernetesAdmissionRequest, cluster: 
             };
         }
     }
+    invalid_unless_empty(&name, &violations)
+}
+
+/// The version the request was made in: `requestKind`'s, when the API
+/// server converted the object for the policy; else the object's own.
+fn request_version(request: &KubernetesAdmissionRequest) -> &str {
+    if request.request_kind.version.is_empty() {
+        &request.kind.version
+    } else {
+        &request.request_kind.version
+    }
+}
+
+fn invalid_unless_empty(name: &str, violations: &[Violation]) -> Outcome {
     if violations.is_empty() {
         Outcome::Accept
     } else {
-        invalid("CloneSet", &name, &violations)
+        invalid("CloneSet", name, violations)
     }
 }
 

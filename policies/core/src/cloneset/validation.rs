@@ -1,6 +1,8 @@
-//! What OpenKruise's CloneSet validating webhook refuses (v1alpha1), every
-//! violation at once, each naming its field (OpenKruise's
-//! `pkg/webhook/cloneset/validating`).
+//! What OpenKruise's CloneSet validating webhook refuses, every violation
+//! at once, each naming its field (OpenKruise's
+//! `pkg/webhook/cloneset/validating`). It has a validator per version, and
+//! judges a request with the one of the version it was made in
+//! ([`Validator`]).
 //!
 //! [`validate`] needs only the objects of the request. The names an update
 //! adds to `podsToDelete` must also be live pods of this CloneSet: the
@@ -41,9 +43,42 @@ const MUTABLE_SPEC_FIELDS: [&str; 9] = [
     "progressDeadlineSeconds",
 ];
 
+/// Which of OpenKruise's two CloneSet validators judges a request: the one
+/// of the version the request was made in. The API server hands the policy
+/// the object converted to v1alpha1, and names the request's own version
+/// in `requestKind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validator {
+    V1alpha1,
+    /// More lenient: it does not look up `podsToDelete`, check
+    /// `progressDeadlineSeconds` or an `InPlaceOnly` update's template, and
+    /// takes `OnDelete`; its rolling fields are under `rollingUpdate`.
+    V1beta1,
+}
+
+impl Validator {
+    /// The validator of requests made in `version` (v1alpha1's for any but
+    /// v1beta1).
+    pub fn for_version(version: &str) -> Self {
+        if version == "v1beta1" {
+            Self::V1beta1
+        } else {
+            Self::V1alpha1
+        }
+    }
+
+    /// Where the rolling update's fields are.
+    fn rolling_fields(self) -> &'static str {
+        match self {
+            Self::V1alpha1 => "spec.updateStrategy",
+            Self::V1beta1 => "spec.updateStrategy.rollingUpdate",
+        }
+    }
+}
+
 /// The violations of `new`, created (`old` is `None`) or updated from
-/// `old`; empty when valid.
-pub fn validate(new: &CloneSet, old: Option<&CloneSet>) -> Vec<Violation> {
+/// `old`, as `validator` judges them; empty when valid.
+pub fn validate(new: &CloneSet, old: Option<&CloneSet>, validator: Validator) -> Vec<Violation> {
     let mut out = Vec::new();
     let name = new.metadata.name.as_deref().unwrap_or_default();
     if let Some(message) = dns_subdomain_error(name) {
@@ -61,10 +96,12 @@ pub fn validate(new: &CloneSet, old: Option<&CloneSet>) -> Vec<Violation> {
     check_template(new, &mut out);
     check_pods_to_delete(new, &mut out);
     let strategy = spec.update_strategy.clone().unwrap_or_default();
-    check_update_strategy(&strategy, replicas, &mut out);
-    check_progress_deadline(new, &mut out);
+    check_update_strategy(&strategy, replicas, validator, &mut out);
+    if validator == Validator::V1alpha1 {
+        check_progress_deadline(new, &mut out);
+    }
     if let Some(old) = old {
-        check_update(new, old, &strategy, &mut out);
+        check_update(new, old, &strategy, validator, &mut out);
     }
     out
 }
@@ -219,9 +256,18 @@ pub fn check_pod_to_delete(set: &CloneSet, name: &str, pod: Option<&Pod>) -> Opt
 fn check_update_strategy(
     strategy: &CloneSetUpdateStrategy,
     replicas: i32,
+    validator: Validator,
     out: &mut Vec<Violation>,
 ) {
-    let field = "spec.updateStrategy";
+    if validator == Validator::V1alpha1
+        && strategy.type_ == Some(CloneSetUpdateStrategyType::OnDelete)
+    {
+        out.push(Violation::new(
+            "spec.updateStrategy.type",
+            "Invalid value: \"OnDelete\": must be 'ReCreate', InPlaceIfPossible or 'InPlaceOnly'",
+        ));
+    }
+    let field = validator.rolling_fields();
     let total = replicas.max(0);
     if let Some(partition) = &strategy.partition {
         match scaled_value_from_int_or_percent(partition, total, true) {
@@ -276,18 +322,26 @@ fn check_update_strategy(
     if strategy.type_ == Some(CloneSetUpdateStrategyType::InPlaceOnly)
         && surge.is_some_and(|s| s > 0)
     {
+        let message = match validator {
+            Validator::V1alpha1 => "can not use maxSurge with strategy type InPlaceOnly",
+            Validator::V1beta1 => "can not use maxSurge with podUpdatePolicy InPlaceOnly",
+        };
         out.push(Violation::new(
             format!("{field}.maxSurge"),
-            "Invalid value: can not use maxSurge with strategy type InPlaceOnly",
+            format!("Invalid value: {message}"),
         ));
     }
     if let (true, Some(unavailable), Some(surge)) = (total > 0, unavailable, surge)
         && unavailable < 1
         && surge < 1
     {
+        let message = match validator {
+            Validator::V1alpha1 => "maxUnavailable should not be < 1 when maxSurge is < 1",
+            Validator::V1beta1 => "maxUnavailable and maxSurge should not both be less than 1",
+        };
         out.push(Violation::new(
             format!("{field}.maxUnavailable"),
-            "Invalid value: maxUnavailable should not be < 1 when maxSurge is < 1",
+            format!("Invalid value: {message}"),
         ));
     }
 }
@@ -310,12 +364,14 @@ fn check_progress_deadline(set: &CloneSet, out: &mut Vec<Violation>) {
     }
 }
 
-/// Only the mutable fields change; with `InPlaceOnly`, the template's spec
-/// may change only in its containers' images.
+/// Only the mutable fields change; with `InPlaceOnly` (v1alpha1's
+/// validator only), the template's spec may change only in its containers'
+/// images.
 fn check_update(
     new: &CloneSet,
     old: &CloneSet,
     strategy: &CloneSetUpdateStrategy,
+    validator: Validator,
     out: &mut Vec<Violation>,
 ) {
     let fixed = |set: &CloneSet| -> Value {
@@ -336,7 +392,8 @@ fn check_update(
             ),
         ));
     }
-    if strategy.type_ == Some(CloneSetUpdateStrategyType::InPlaceOnly)
+    if validator == Validator::V1alpha1
+        && strategy.type_ == Some(CloneSetUpdateStrategyType::InPlaceOnly)
         && !only_images_changed(old, new)
     {
         out.push(Violation::new(
