@@ -329,3 +329,57 @@ fn the_validator_is_the_request_versions() {
     assert_eq!(Validator::for_version("v1alpha1"), Validator::V1alpha1);
     assert_eq!(Validator::for_version(""), Validator::V1alpha1);
 }
+
+/// v1beta1's image pre-download fields reach the policy as v1alpha1's
+/// annotations; v1beta1's validator checks them, v1alpha1's does not.
+#[test]
+fn v1beta1_checks_its_image_pre_download_fields() {
+    let with = |annotations: Value| {
+        let mut value = base();
+        value["metadata"]["annotations"] = annotations;
+        parse(value)
+    };
+    let field = "spec.updateStrategy.rollingUpdate.inPlaceUpdateStrategy";
+    for (annotations, refused) in [
+        (
+            json!({"apps.kruise.io/image-predownload-parallelism": "5"}),
+            None,
+        ),
+        (
+            json!({"apps.kruise.io/image-predownload-parallelism": "50%"}),
+            Some("imagePreDownloadParallelism does not support percentage value"),
+        ),
+        (
+            json!({"apps.kruise.io/image-predownload-parallelism": "five"}),
+            Some("must be a valid integer: strconv.ParseInt: parsing \"five\": invalid syntax"),
+        ),
+        (
+            json!({"apps.kruise.io/image-predownload-parallelism": "-1"}),
+            Some("imagePreDownloadParallelism must be non-negative"),
+        ),
+        (
+            json!({"apps.kruise.io/image-predownload-timeout-seconds": "-1"}),
+            Some("must be greater than or equal to 0"),
+        ),
+        (
+            json!({"apps.kruise.io/image-predownload-min-updated-ready-pods": "-2"}),
+            Some("must be greater than or equal to 0"),
+        ),
+    ] {
+        let set = with(annotations.clone());
+        assert_eq!(
+            validate(&set, None, Validator::V1alpha1),
+            [],
+            "{annotations}"
+        );
+        let violations = validate(&set, None, Validator::V1beta1);
+        match refused {
+            None => assert_eq!(violations, [], "{annotations}"),
+            Some(message) => {
+                assert_eq!(violations.len(), 1, "{annotations}: {violations:?}");
+                assert!(violations[0].field.starts_with(field), "{violations:?}");
+                assert!(violations[0].message.contains(message), "{violations:?}");
+            }
+        }
+    }
+}

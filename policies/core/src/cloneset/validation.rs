@@ -15,6 +15,7 @@
 //! and resources (`container_validation`).
 
 use std::collections::BTreeSet;
+use std::num::IntErrorKind;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -23,6 +24,9 @@ use kruise_api::cloneset::{CloneSetUpdateStrategy, CloneSetUpdateStrategyType};
 use serde_json::Value;
 
 use super::intorstr::{scaled_value_from_int_or_percent, value_from_int_or_percent};
+use super::predownload::{
+    MIN_UPDATED_READY_ANNOTATION, PARALLELISM_ANNOTATION, TIMEOUT_ANNOTATION,
+};
 use crate::container_validation::check_container;
 use crate::names::{dns_label_error, dns_subdomain_error};
 use crate::owner::is_controlled_by;
@@ -52,7 +56,8 @@ pub enum Validator {
     V1alpha1,
     /// More lenient: it does not look up `podsToDelete`, check
     /// `progressDeadlineSeconds` or an `InPlaceOnly` update's template, and
-    /// takes `OnDelete`; its rolling fields are under `rollingUpdate`.
+    /// takes `OnDelete`; its rolling fields are under `rollingUpdate`, with
+    /// the image pre-download ones, which it checks.
     V1beta1,
 }
 
@@ -97,8 +102,9 @@ pub fn validate(new: &CloneSet, old: Option<&CloneSet>, validator: Validator) ->
     check_pods_to_delete(new, &mut out);
     let strategy = spec.update_strategy.clone().unwrap_or_default();
     check_update_strategy(&strategy, replicas, validator, &mut out);
-    if validator == Validator::V1alpha1 {
-        check_progress_deadline(new, &mut out);
+    match validator {
+        Validator::V1alpha1 => check_progress_deadline(new, &mut out),
+        Validator::V1beta1 => check_predownload(new, &mut out),
     }
     if let Some(old) = old {
         check_update(new, old, &strategy, validator, &mut out);
@@ -344,6 +350,62 @@ fn check_update_strategy(
             format!("Invalid value: {message}"),
         ));
     }
+}
+
+/// v1beta1's image pre-download fields (`rollingUpdate.inPlaceUpdateStrategy`),
+/// which reach the policy as v1alpha1's annotations: a whole number of
+/// pods at once, not a percentage, and no negative numbers.
+fn check_predownload(set: &CloneSet, out: &mut Vec<Violation>) {
+    let field = "spec.updateStrategy.rollingUpdate.inPlaceUpdateStrategy";
+    let annotations = set.metadata.annotations.as_ref();
+    let read = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+    if let Some(text) = read(PARALLELISM_ANNOTATION) {
+        let problem = if text.ends_with('%') {
+            Some("does not support percentage value".to_owned())
+        } else {
+            match text.parse::<i32>() {
+                Err(error) => Some(format!(
+                    "must be a valid integer: {}",
+                    go_parse_int_error(text, &error)
+                )),
+                Ok(value) if value < 0 => Some("must be non-negative".to_owned()),
+                Ok(_) => None,
+            }
+        };
+        if let Some(problem) = problem {
+            out.push(Violation::new(
+                format!("{field}.imagePreDownloadParallelism"),
+                format!("Invalid value: {text:?}: imagePreDownloadParallelism {problem}"),
+            ));
+        }
+    }
+    let counts = [
+        (TIMEOUT_ANNOTATION, "imagePreDownloadTimeoutSeconds"),
+        (
+            MIN_UPDATED_READY_ANNOTATION,
+            "imagePreDownloadMinUpdatedReadyPods",
+        ),
+    ];
+    for (annotation, name) in counts {
+        let Some(value) = read(annotation).and_then(|t| t.parse::<i64>().ok()) else {
+            continue;
+        };
+        if value < 0 {
+            out.push(Violation::new(
+                format!("{field}.{name}"),
+                format!("Invalid value: {value}: must be greater than or equal to 0"),
+            ));
+        }
+    }
+}
+
+/// Go's `strconv.ParseInt` error for `text`, as OpenKruise's message quotes it.
+fn go_parse_int_error(text: &str, error: &std::num::ParseIntError) -> String {
+    let reason = match error.kind() {
+        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => "value out of range",
+        _ => "invalid syntax",
+    };
+    format!("strconv.ParseInt: parsing {text:?}: {reason}")
 }
 
 fn check_progress_deadline(set: &CloneSet, out: &mut Vec<Violation>) {
