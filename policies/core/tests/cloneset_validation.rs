@@ -372,6 +372,10 @@ fn v1beta1_checks_its_image_pre_download_fields() {
             [],
             "{annotations}"
         );
+        // OnDelete has no rollingUpdate, where v1beta1 has these fields.
+        let mut on_delete = set.clone();
+        on_delete.spec.update_strategy = serde_json::from_value(json!({"type": "OnDelete"})).ok();
+        assert_eq!(validate(&on_delete, None, Validator::V1beta1), []);
         let violations = validate(&set, None, Validator::V1beta1);
         match refused {
             None => assert_eq!(violations, [], "{annotations}"),

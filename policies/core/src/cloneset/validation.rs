@@ -104,7 +104,11 @@ pub fn validate(new: &CloneSet, old: Option<&CloneSet>, validator: Validator) ->
     check_update_strategy(&strategy, replicas, validator, &mut out);
     match validator {
         Validator::V1alpha1 => check_progress_deadline(new, &mut out),
-        Validator::V1beta1 => check_predownload(new, &mut out),
+        // Under `rollingUpdate`, which OnDelete has none of.
+        Validator::V1beta1 if strategy_type(new) != Some(CloneSetUpdateStrategyType::OnDelete) => {
+            check_predownload(new, &mut out);
+        }
+        Validator::V1beta1 => {}
     }
     if let Some(old) = old {
         check_update(new, old, &strategy, validator, &mut out);
@@ -341,15 +345,15 @@ fn check_update_strategy(
         && unavailable < 1
         && surge < 1
     {
-        let message = match validator {
-            Validator::V1alpha1 => "maxUnavailable should not be < 1 when maxSurge is < 1",
-            Validator::V1beta1 => "maxUnavailable and maxSurge should not both be less than 1",
-        };
         out.push(Violation::new(
             format!("{field}.maxUnavailable"),
-            format!("Invalid value: {message}"),
+            "Invalid value: maxUnavailable and maxSurge should not both be less than 1",
         ));
     }
+}
+
+fn strategy_type(set: &CloneSet) -> Option<CloneSetUpdateStrategyType> {
+    set.spec.update_strategy.as_ref()?.type_
 }
 
 /// v1beta1's image pre-download fields (`rollingUpdate.inPlaceUpdateStrategy`),
