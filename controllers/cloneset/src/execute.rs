@@ -1,6 +1,5 @@
 //! Performing a plan's writes, in the order the planner means them.
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use futures::future::join_all;
@@ -38,8 +37,8 @@ pub(crate) struct Observed<'a> {
     pub pods: &'a [Pod],
     /// Every claim with an instance id in the namespace.
     pub claims: &'a [PersistentVolumeClaim],
-    /// Pods outside the selection that may mount its claims.
-    pub holders: &'a [Pod],
+    /// Instance ids of pods outside the selection that bear a claim's name.
+    pub held_elsewhere: &'a BTreeSet<String>,
 }
 
 /// Where the round's writes are noted, for the reads of later rounds.
@@ -70,16 +69,10 @@ pub(crate) async fn execute(
     let Observed {
         pods,
         claims,
-        holders,
+        held_elsewhere,
     } = observed;
 
-    // Copied only in the rare round that found some.
-    let with_holders = if holders.is_empty() {
-        Cow::Borrowed(pods)
-    } else {
-        Cow::Owned([pods, holders].concat())
-    };
-    let claim_plan = plan_claims(cloneset, &with_holders, claims, &plan.delete);
+    let claim_plan = plan_claims(cloneset, pods, claims, &plan.delete, held_elsewhere);
     let mut ids = InstanceIds::new(pods, claims, claim_plan.reusable_ids);
     writer.create_pods(&mut ids, revisions, plan, now).await?;
     writer.delete_pods(&plan.delete, pods).await?;
@@ -310,7 +303,7 @@ impl Writer<'_> {
         update: &InPlaceUpdate,
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
-        let mut pod = Cow::Borrowed(planned);
+        let mut pod = std::borrow::Cow::Borrowed(planned);
         for attempt in 1..=IN_PLACE_ATTEMPTS {
             match self
                 .patch(&update.pod, update_patch(&pod, &update.spec, now))
@@ -326,7 +319,7 @@ impl Writer<'_> {
                         // Moved on under us: the next round plans from what is there.
                         return Ok(());
                     }
-                    pod = Cow::Owned(fresh);
+                    pod = std::borrow::Cow::Owned(fresh);
                 }
                 result => return result,
             }

@@ -6,7 +6,10 @@
 //! too long. Until a store catches up the round waits: the watch events
 //! of the writes it waits for start the next one.
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
+
+use futures::{StreamExt, TryStreamExt, stream};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -14,7 +17,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::CloneSet;
 use kruise_controller_runtime::context::Context;
 use kruise_controller_runtime::expectations::WatchReads;
-use kruise_core::cloneset::claims::holder_names;
+use kruise_core::cloneset::claims::{held_id, holder_names};
 use kruise_core::cloneset::{LABEL_INSTANCE_ID, is_active};
 use kruise_core::owner::{is_controlled_by, is_orphan};
 use kruise_core::selector::{matches, to_selector_string, validate};
@@ -23,6 +26,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::reconcile::ReconcileError;
+
+/// How many pods a round reads by name at once (see `Owner::holders`).
+const HOLDER_READS_AT_ONCE: usize = 8;
 
 /// The CloneSet controller's context: the shared one, and where its pods,
 /// revisions and claims are read (per CloneSet, `namespace/name`).
@@ -45,10 +51,11 @@ pub struct Owned {
     /// pod watch; while it cannot be trusted, only those found among the
     /// `holders`, and a later round releases the others.
     pub strays: Vec<Pod>,
-    /// Active pods outside its selection that may mount its claims: those
-    /// named after a claim no pod of `pods` has (strays among them). Their
-    /// claims are in use: not to be deleted, nor given to a new pod.
-    pub holders: Vec<Pod>,
+    /// The instance ids of pods outside its selection named after one of
+    /// its claims that no pod of `pods` has (strays among them): their
+    /// claims are in use and their names taken, so the claims are neither
+    /// deleted nor given to a new pod.
+    pub held_elsewhere: BTreeSet<String>,
 }
 
 /// The pods and revisions `cloneset` (with `uid`) controls; `key` is its
@@ -91,11 +98,15 @@ pub async fn read(
         return Ok(None);
     };
     let holders = owner.holders(&pods, &claims).await?;
+    let held_elsewhere = holders
+        .iter()
+        .filter_map(|pod| held_id(cloneset, pod.metadata.name.as_deref()?))
+        .map(str::to_owned)
+        .collect();
     let strays = owner.strays().unwrap_or_else(|| {
         holders
-            .iter()
+            .into_iter()
             .filter(|pod| owner.is_stray(pod))
-            .cloned()
             .collect()
     });
     Ok(Some(Owned {
@@ -103,7 +114,7 @@ pub async fn read(
         revisions,
         claims,
         strays,
-        holders,
+        held_elsewhere,
     }))
 }
 
@@ -176,9 +187,9 @@ impl Owner<'_> {
             && !matches(&self.cloneset.spec.selector, pod.labels()).unwrap_or(true)
     }
 
-    /// The active pods outside `pods` named after one of `claims` that no
-    /// pod of `pods` has ([`holder_names`]): from the pod watch, or asked
-    /// for by name while it cannot be trusted (a LIST by the selector
+    /// The pods (in any state) outside `pods` named after one of `claims`
+    /// that no pod of `pods` has ([`holder_names`]): from the pod watch, or
+    /// asked for by name while it cannot be trusted (a LIST by the selector
     /// cannot show a pod relabelled out of it).
     async fn holders(
         &self,
@@ -191,20 +202,29 @@ impl Owner<'_> {
         }
         let holder = |pod: &Pod| {
             pod.namespace().as_deref() == Some(self.namespace)
-                && names.contains(&pod.name_any())
-                && is_active(pod)
+                && pod
+                    .metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| names.contains(n))
         };
         if let Some(cached) = self.context.pods.cached(self.key, holder) {
             return Ok(cached.iter().map(|pod| Pod::clone(pod)).collect());
         }
         let api = Api::<Pod>::namespaced(self.context.shared.client.clone(), self.namespace);
-        let mut found = Vec::new();
-        for name in &names {
-            let read = api.get_opt(name).await;
-            let pod = read.map_err(ReconcileError::api(format!("read pod {name}")))?;
-            found.extend(pod.filter(is_active));
-        }
-        Ok(found)
+        let reads = names.into_iter().map(|name| {
+            let api = api.clone();
+            async move {
+                let read = api.get_opt(&name).await;
+                read.map_err(ReconcileError::api(format!("read pod {name}")))
+            }
+        });
+        // A few at a time: only claims without a listed pod are looked for.
+        let found: Vec<Option<Pod>> = stream::iter(reads)
+            .buffer_unordered(HOLDER_READS_AT_ONCE)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
     }
 
     /// The objects of `reads` in the CloneSet's namespace that its

@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kruise_api::crd::STORAGE_VERSION;
 use kruise_api::{CloneSet, Stored};
 use kruise_core::cloneset::claims::handed_to_released_pod;
 use kruise_core::cloneset::progress::{
@@ -16,7 +17,7 @@ use kruise_core::cloneset::{
     CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, FeatureGates, Plan, PlanInput, Stage,
     compute_status, note_failure, plan, plan_after_refused_creates, pruned_pods_to_delete,
 };
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -142,7 +143,7 @@ async fn reconcile_cloneset(
         pods,
         mut revisions,
         claims,
-        holders,
+        held_elsewhere,
         ..
     } = owned;
     let revision_api = Api::<ControllerRevision>::namespaced(client.clone(), &namespace);
@@ -184,7 +185,7 @@ async fn reconcile_cloneset(
     let observed = Observed {
         pods: &pods,
         claims: &claims,
-        holders: &holders,
+        held_elsewhere: &held_elsewhere,
     };
     let resolved = &revision_plan.revisions;
     let executed = execute(context, written, cloneset, observed, resolved, &round, now).await;
@@ -347,14 +348,24 @@ async fn write_status(
 
 /// Writes `scaleStrategy.podsToDelete` as `kept`, on the version read: a
 /// user's edit in between is a conflict, and the next round prunes what
-/// is listed then.
+/// is listed then. Written in v1beta1 (the field is spelt alike in both),
+/// as OpenKruise's controller writes: the webhooks judge a write by its
+/// version's rules, and v1alpha1's refuse what v1beta1's take (OnDelete),
+/// which would leave a CloneSet made in v1beta1 unable to prune.
 async fn prune_pods_to_delete(
     client: &kube::Client,
     cloneset: &CloneSet,
     kept: &[String],
 ) -> Result<(), ReconcileError> {
-    let api =
-        Api::<CloneSet>::namespaced(client.clone(), &cloneset.namespace().unwrap_or_default());
+    let v1beta1 = ApiResource {
+        group: CloneSet::group(&()).into_owned(),
+        version: STORAGE_VERSION.to_owned(),
+        api_version: format!("{}/{STORAGE_VERSION}", CloneSet::group(&())),
+        kind: CloneSet::kind(&()).into_owned(),
+        plural: CloneSet::plural(&()).into_owned(),
+    };
+    let namespace = cloneset.namespace().unwrap_or_default();
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &v1beta1);
     let list = if kept.is_empty() {
         json!(null)
     } else {
@@ -695,7 +706,13 @@ mod tests {
         let stale = api.get(CLONESET).unwrap();
         let before = api.seen().len();
         round(&api).await;
-        assert_eq!(writes(&api.seen()[before..]), [format!("PATCH {CLONESET}")]);
+        // In v1beta1, as OpenKruise writes it (v1alpha1's webhook rules
+        // refuse what v1beta1's take).
+        let in_v1beta1 = CLONESET.replace("/v1alpha1/", "/v1beta1/");
+        assert_eq!(
+            writes(&api.seen()[before..]),
+            [format!("PATCH {in_v1beta1}")]
+        );
         let stored = api.get(CLONESET).unwrap();
         assert_eq!(
             stored["spec"]["scaleStrategy"]["podsToDelete"],
@@ -1193,9 +1210,9 @@ mod tests {
         assert_eq!(pods(&api).await.len(), 3, "the released pod and two");
     }
 
-    /// A pod someone took from the CloneSet (its owner reference removed)
-    /// still mounts its claims: they are neither deleted nor given to a
-    /// new pod, which would have its name.
+    /// A pod someone took from the CloneSet (its owner reference and its
+    /// instance-id label removed) still mounts its claims: they are neither
+    /// deleted nor given to a new pod, which would have its name.
     #[tokio::test]
     async fn claims_a_pod_taken_from_the_cloneset_mounts_stay() {
         let api = FakeApi::default();
@@ -1207,7 +1224,8 @@ mod tests {
             .as_str()
             .unwrap()
             .to_owned();
-        let orphaned = json!({"metadata": {"ownerReferences": []}});
+        let orphaned = json!({"metadata": {"ownerReferences": [],
+                                           "labels": {LABEL_INSTANCE_ID: null}}});
         Api::<Pod>::namespaced(api.client(), "default")
             .patch(&taken, &PatchParams::default(), &Patch::Merge(orphaned))
             .await

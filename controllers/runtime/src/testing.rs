@@ -146,6 +146,12 @@ impl Target {
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let (prefix, rest) = match segments.as_slice() {
             ["api", version, rest @ ..] => (format!("/api/{version}"), rest),
+            // One store for both versions of ours, without converting:
+            // good for writes of fields both versions spell alike (the
+            // CloneSet's podsToDelete, written in v1beta1).
+            ["apis", "apps.kruise.io", "v1beta1", rest @ ..] => {
+                ("/apis/apps.kruise.io/v1alpha1".to_owned(), rest)
+            }
             ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
             _ => return None,
         };

@@ -31,15 +31,16 @@ pub struct ClaimPlan {
     pub reusable_ids: Vec<String>,
 }
 
-/// `pods` are the CloneSet's pods as listed (terminating ones included)
-/// and the active pods outside its selection named after one of its
-/// claims (see [`holder_names`]); `deleted` the names of those the round
-/// deletes.
+/// `pods` are the CloneSet's pods as listed (terminating ones included),
+/// `deleted` the names of those the round deletes, `held_elsewhere` the
+/// instance ids of pods outside its selection that bear a claim's name
+/// (see [`holder_names`]): their claims are in use.
 pub fn plan_claims(
     cloneset: &CloneSet,
     pods: &[Pod],
     claims: &[PersistentVolumeClaim],
     deleted: &[String],
+    held_elsewhere: &BTreeSet<String>,
 ) -> ClaimPlan {
     let uid = cloneset.metadata.uid.as_deref().unwrap_or_default();
     let deleted_ids: BTreeSet<&str> = pods
@@ -52,7 +53,8 @@ pub fn plan_claims(
         })
         .filter_map(|pod| instance_id(pod.metadata.labels.as_ref()))
         .collect();
-    let live_ids = live_ids(pods, &deleted_ids);
+    let mut live_ids = live_ids(pods, &deleted_ids);
+    live_ids.extend(held_elsewhere.iter().map(String::as_str));
     let reuse = !cloneset
         .spec
         .scale_strategy
@@ -73,25 +75,39 @@ pub fn plan_claims(
 
 /// The names of the pods that may still hold the CloneSet's claims that no
 /// active pod of `pods` (its pods as listed) has: `<cloneset>-<id>`, as
-/// every pod it makes is named. A pod by such a name outside its selection
-/// (a user relabelled it, or took it from the CloneSet) still mounts them:
-/// the controller looks for these pods, and a round that did not see one
-/// would delete or reuse claims in use.
+/// every pod it makes is named, but for the names of listed pods. A pod by
+/// such a name outside its selection (a user relabelled it, or took it from
+/// the CloneSet) may still mount them, and its name is taken: the
+/// controller looks for these pods, and gives the ids of those it finds
+/// ([`held_id`]) to [`plan_claims`].
 pub fn holder_names(
     cloneset: &CloneSet,
     pods: &[Pod],
     claims: &[PersistentVolumeClaim],
-) -> Vec<String> {
+) -> BTreeSet<String> {
     let uid = cloneset.metadata.uid.as_deref().unwrap_or_default();
     let cloneset_name = cloneset.metadata.name.as_deref().unwrap_or_default();
     let live_ids = live_ids(pods, &BTreeSet::new());
-    let free: BTreeSet<&str> = own_claims(uid, claims)
+    let listed: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|pod| pod.metadata.name.as_deref())
+        .collect();
+    own_claims(uid, claims)
         .map(|(id, _)| id)
         .filter(|id| !live_ids.contains(id))
-        .collect();
-    free.into_iter()
         .map(|id| pod_name(cloneset_name, id))
+        .filter(|name| !listed.contains(name.as_str()))
         .collect()
+}
+
+/// The instance id a pod's name gives (`<cloneset>-<id>`), whatever its
+/// labels say now.
+pub fn held_id<'a>(cloneset: &CloneSet, pod_name: &'a str) -> Option<&'a str> {
+    let cloneset_name = cloneset.metadata.name.as_deref()?;
+    pod_name
+        .strip_prefix(cloneset_name)?
+        .strip_prefix('-')
+        .filter(|id| !id.is_empty())
 }
 
 /// The instance ids active pods hold, but for `deleted_ids`. A terminating
@@ -221,7 +237,13 @@ mod tests {
     fn a_deleted_pod_takes_its_claims() {
         let pods = [pod("aaaaa"), pod("bbbbb")];
         let claims = [claim("aaaaa", UID, false), claim("bbbbb", UID, false)];
-        let plan = plan_claims(&cloneset(false), &pods, &claims, &["cs-bbbbb".to_owned()]);
+        let plan = plan_claims(
+            &cloneset(false),
+            &pods,
+            &claims,
+            &["cs-bbbbb".to_owned()],
+            &BTreeSet::new(),
+        );
         assert_eq!(plan.delete, ["data-cs-bbbbb"]);
         assert!(plan.reusable_ids.is_empty());
     }
@@ -230,7 +252,7 @@ mod tests {
     fn claims_of_a_vanished_pod_are_reused_or_deleted() {
         let pods = [pod("aaaaa")];
         let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
-        let reused = plan_claims(&cloneset(false), &pods, &claims, &[]);
+        let reused = plan_claims(&cloneset(false), &pods, &claims, &[], &BTreeSet::new());
         assert_eq!(
             reused,
             ClaimPlan {
@@ -238,7 +260,7 @@ mod tests {
                 reusable_ids: vec!["ccccc".to_owned()]
             }
         );
-        let deleted = plan_claims(&cloneset(true), &pods, &claims, &[]);
+        let deleted = plan_claims(&cloneset(true), &pods, &claims, &[], &BTreeSet::new());
         assert_eq!(
             deleted,
             ClaimPlan {
@@ -255,7 +277,7 @@ mod tests {
             claim("eeeee", UID, true),
         ];
         for disable in [false, true] {
-            let plan = plan_claims(&cloneset(disable), &[], &claims, &[]);
+            let plan = plan_claims(&cloneset(disable), &[], &claims, &[], &BTreeSet::new());
             assert_eq!(plan, ClaimPlan::default());
         }
     }
@@ -293,7 +315,7 @@ mod tests {
         taken.metadata.owner_references =
             serde_json::from_value(patch["metadata"]["ownerReferences"].clone()).unwrap();
         assert_eq!(
-            plan_claims(&cloneset(false), &[], &[taken], &[]),
+            plan_claims(&cloneset(false), &[], &[taken], &[], &BTreeSet::new()),
             ClaimPlan::default()
         );
     }
@@ -311,24 +333,24 @@ mod tests {
             claim("ddddd", "someone-else", false),
             claim("eeeee", UID, true),
         ];
+        // A listed pod's name is its own: cs-bbbbb is not looked for.
         assert_eq!(
             holder_names(&cloneset(false), &pods, &claims),
-            ["cs-bbbbb", "cs-ccccc"]
+            BTreeSet::from(["cs-ccccc".to_owned()])
         );
     }
 
     #[test]
     fn claims_a_pod_outside_the_selection_holds_stay() {
-        // cs-ccccc was relabelled out of the selection: found by its name,
-        // it is planned with, and its claims are in use.
+        // cs-ccccc was relabelled out of the selection (its instance-id
+        // label too): found by its name, its claims are in use.
+        assert_eq!(held_id(&cloneset(false), "cs-ccccc"), Some("ccccc"));
+        assert_eq!(held_id(&cloneset(false), "other-ccccc"), None);
+        assert_eq!(held_id(&cloneset(false), "cs-"), None);
+        let held = BTreeSet::from(["ccccc".to_owned()]);
         let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
         for disable in [false, true] {
-            let plan = plan_claims(
-                &cloneset(disable),
-                &[pod("aaaaa"), pod("ccccc")],
-                &claims,
-                &[],
-            );
+            let plan = plan_claims(&cloneset(disable), &[pod("aaaaa")], &claims, &[], &held);
             assert_eq!(plan, ClaimPlan::default());
         }
     }
@@ -340,7 +362,7 @@ mod tests {
             serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
         let pods = [pod("aaaaa"), terminating];
         let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
-        let plan = plan_claims(&cloneset(false), &pods, &claims, &[]);
+        let plan = plan_claims(&cloneset(false), &pods, &claims, &[], &BTreeSet::new());
         assert_eq!(plan.reusable_ids, ["ccccc"]);
         assert!(plan.delete.is_empty());
     }
