@@ -202,11 +202,21 @@ async fn pods_to_delete_are_pods_of_the_cloneset(
 ) {
     demo_cloneset_ready(kubeconfig, client).await;
     workload_pods_are_ready_through_their_gate(pods).await;
+    // In v1alpha1: kubectl's own choice is v1beta1 (the newer version),
+    // whose validator, as OpenKruise's, looks no pod up.
     let delete = |name: &str| {
         let patch = json!({"spec": {"scaleStrategy": {"podsToDelete": [name]}}}).to_string();
         kubectl_output(
             kubeconfig,
-            &["patch", "cloneset", "demo", "--type", "merge", "-p", &patch],
+            &[
+                "patch",
+                "clonesets.v1alpha1.apps.kruise.io",
+                "demo",
+                "--type",
+                "merge",
+                "-p",
+                &patch,
+            ],
         )
     };
     for (name, reason) in [
