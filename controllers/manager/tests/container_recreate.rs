@@ -18,6 +18,7 @@ use kruise_api::containerrecreaterequest::{
     ACTIVE_LABEL, ContainerRecreateRequestPhase as Phase, NODE_NAME_LABEL, POD_UID_LABEL,
 };
 use kruise_core::cloneset::container_status;
+use kruise_core::crr::daemon::STOPPING_ANNOTATION;
 use kruise_devcluster::wait::{eventually, wait_for, wait_gone};
 use kruise_manager::agents::NodeAgents;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
@@ -111,6 +112,7 @@ async fn container_recreate_requests_on_simulated_nodes() {
     the_users_example_recreates_both_containers(&env).await;
     refusals_at_admission(&env).await;
     three_requests_on_one_pod_complete_in_order(&client).await;
+    a_forced_request_notes_its_stop_and_recreates_once(&client).await;
     a_request_whose_pod_is_deleted_completes_with_pod_has_gone(&client).await;
     deadline_and_ttl(&client).await;
     an_agent_restarted_mid_way_finishes_the_request(&mut env).await;
@@ -355,6 +357,32 @@ async fn three_requests_on_one_pod_complete_in_order(client: &Client) {
         ids_and_restarts(&before)["app"].1 + 1,
         "one recreation serves the three requests"
     );
+}
+
+/// A forced recreation notes on the request which instance it is about to
+/// stop (through the webhook's UPDATE rules and the agent's RBAC), then
+/// stops it once.
+async fn a_forced_request_notes_its_stop_and_recreates_once(client: &Client) {
+    let requests: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let before = running_pod(client, "forced", json!({})).await;
+    let r = request(
+        "forced",
+        "forced",
+        &["app"],
+        json!({"forceRecreate": true}),
+        json!({}),
+    );
+    requests.create(&PostParams::default(), &r).await.unwrap();
+    let done = completed(&requests, "forced", RECREATE_TIMEOUT).await;
+    let states = &done.status.as_ref().unwrap().container_recreate_states;
+    assert_eq!(states[0].phase, Phase::Succeeded);
+    let (old_id, old_restarts) = ids_and_restarts(&before)["app"].clone();
+    let note = done.metadata.annotations.as_ref().unwrap()[STOPPING_ANNOTATION].clone();
+    let note: Value = serde_json::from_str(&note).unwrap();
+    assert_eq!(note, json!({"name": "app", "containerID": old_id}));
+    let after = pods.get("forced").await.unwrap();
+    assert_eq!(ids_and_restarts(&after)["app"].1, old_restarts + 1);
 }
 
 async fn a_request_whose_pod_is_deleted_completes_with_pod_has_gone(client: &Client) {

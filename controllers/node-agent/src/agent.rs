@@ -201,6 +201,14 @@ async fn round<R: ContainerRuntime>(
                 .await?;
             }
             Step::Kill { kill, states } => {
+                let noted;
+                let picked = match &kill.note {
+                    Some(note) => {
+                        noted = note_stop(&requests, picked, note).await?;
+                        &noted
+                    }
+                    None => picked,
+                };
                 let states = match stop(agent, &pod, picked, &kill).await {
                     Ok(()) => states,
                     Err(error) => daemon::kill_failed(states, kill.index, &error.to_string()),
@@ -264,6 +272,29 @@ async fn stop<R: ContainerRuntime>(
     }
     let left = grace.saturating_sub(started.elapsed()).max(MIN_STOP_GRACE);
     agent.runtime.stop_container(&kill.container_id, left).await
+}
+
+/// Notes on the request, on the version planned from, the instance a
+/// forced recreation is about to stop ([`daemon::STOPPING_ANNOTATION`]),
+/// so that an agent crashing between the stop and its record does not stop
+/// the container's next instance too. Returns the request as written.
+async fn note_stop(
+    requests: &Api<Stored<ContainerRecreateRequest>>,
+    request: &ContainerRecreateRequest,
+    note: &str,
+) -> Result<ContainerRecreateRequest, Error> {
+    let patch = json!({"metadata": {
+        "resourceVersion": request.metadata.resource_version,
+        "annotations": {daemon::STOPPING_ANNOTATION: note},
+    }});
+    let name = request.metadata.name.as_deref().unwrap_or_default();
+    let written = requests
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(failed("note the stop on the request"))?;
+    // It read a moment ago; should it not now, the record of the stop
+    // settles the version by its conflict retry.
+    Ok(written.object.unwrap_or_else(|_| request.clone()))
 }
 
 /// Writes the states after a stop. A stop cannot be planned again, so a
@@ -431,6 +462,50 @@ mod tests {
             let states = &stored["status"]["containerRecreateStates"];
             assert_eq!(states.is_array(), recorded, "{phase_then}: {stored}");
         }
+    }
+
+    /// The agent stops a forced recreation's container and goes down
+    /// before it records the stop (here: the record refused); kubelet
+    /// starts the container again. The agent back (a new one) finds the
+    /// instance it noted gone and records the stop instead of stopping the
+    /// new instance too.
+    #[tokio::test]
+    async fn a_forced_stop_is_made_once_across_a_crash() {
+        let api = FakeApi::default();
+        api.insert("pods", pod("web-uid"));
+        let mut request = serde_json::to_value(request("web-uid")).expect("json");
+        request["status"] = json!({"phase": "Recreating", "containerRecreateStates":
+                                   [{"name": "app", "phase": "Pending"}]});
+        let stored = api.insert("containerrecreaterequests", request);
+        let trigger: ContainerRecreateRequest = serde_json::from_value(stored).expect("a request");
+
+        api.refuse("PATCH", "containerrecreaterequests/status");
+        assert!(
+            round(&agent(&api), &trigger).await.is_err(),
+            "the record lost"
+        );
+        assert_eq!(stops(&api), 1);
+        // kubelet starts app again.
+        let restarted = json!({"status": {"containerStatuses": [{
+            "name": "app", "image": "busybox", "imageID": "", "ready": true,
+            "restartCount": 1, "containerID": "sim://app-2",
+            "state": {"running": {"startedAt": Timestamp::now().to_string()}},
+        }]}});
+        Api::<Pod>::namespaced(api.client(), "default")
+            .patch_status("web", &PatchParams::default(), &Patch::Merge(restarted))
+            .await
+            .expect("the restart");
+        api.accept("PATCH", "containerrecreaterequests/status");
+
+        round(&agent(&api), &trigger).await.expect("a round");
+        assert_eq!(stops(&api), 1, "app-2 stopped too");
+        let path =
+            "/apis/apps.kruise.io/v1alpha1/namespaces/default/containerrecreaterequests/restart";
+        let stored = api.get(path).expect("the request");
+        assert_eq!(
+            stored["status"]["containerRecreateStates"][0]["isKilled"], true,
+            "{stored}"
+        );
     }
 
     /// A request whose pod was replaced by one of the same name (a

@@ -250,12 +250,20 @@ impl FakeApi {
         self.lock().down = down;
     }
 
-    /// Answers every `method` on `plural` with 403 Forbidden, as the API
-    /// server does for a create a ResourceQuota refuses.
+    /// Answers every `method` on `plural` (or on one subresource of it,
+    /// `plural/status`) with 403 Forbidden, as the API server does for a
+    /// create a ResourceQuota refuses.
     pub fn refuse(&self, method: &str, plural: &str) {
         self.lock()
             .refused
             .push((method.to_owned(), plural.to_owned()));
+    }
+
+    /// Answers `method` on `plural` again (see [`FakeApi::refuse`]).
+    pub fn accept(&self, method: &str, plural: &str) {
+        self.lock()
+            .refused
+            .retain(|(m, p)| !(m == method && p == plural));
     }
 
     /// Makes every answer take `delay` (an API server that hangs).
@@ -310,7 +318,13 @@ impl FakeApi {
         let Some(target) = Target::parse(path) else {
             return failure(404, "NotFound", &format!("no such path {path}"));
         };
-        let refused = |(m, p): &(String, String)| m == method && *p == target.plural;
+        let status_path = target
+            .subresource
+            .as_ref()
+            .map(|sub| format!("{}/{sub}", target.plural));
+        let refused = |(m, p): &(String, String)| {
+            m == method && (*p == target.plural || Some(p) == status_path.as_ref())
+        };
         if state.refused.iter().any(refused) {
             let message = format!("{method} {}: exceeded quota", target.plural);
             return failure(403, "Forbidden", &message);

@@ -15,7 +15,8 @@ use kruise_api::containerrecreaterequest::{
     SYNC_CONTAINER_STATUSES_ANNOTATION, UNREADY_ACQUIRED_KEY,
 };
 use kruise_core::crr::daemon::{
-    Observed, Pick, RECHECK, RuntimeContainer, RuntimeState, Step, kill_failed, pick, plan,
+    Observed, Pick, RECHECK, RuntimeContainer, RuntimeState, STOPPING_ANNOTATION, Step,
+    kill_failed, pick, plan,
 };
 use serde_json::{Value, json};
 
@@ -577,4 +578,75 @@ fn a_whole_recreation_walks_to_completion() {
         }
     }
     panic!("did not complete: {:?}", r.status);
+}
+
+// --- a forced stop across an agent crash ----------------------------------
+
+/// A forced request, `app` pending, with `note` (if any) as the stop the
+/// agent noted before it stopped `app`.
+fn forced_with_note(note: Option<&str>) -> ContainerRecreateRequest {
+    let mut r = request(
+        json!({"forceRecreate": true}),
+        recreating(
+            json!([{"name": "app", "phase": "Pending"}, {"name": "side", "phase": "Pending"}]),
+        ),
+    );
+    if let Some(id) = note {
+        let value = json!({"name": "app", "containerID": id}).to_string();
+        r.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(STOPPING_ANNOTATION.to_owned(), value);
+    }
+    r
+}
+
+#[test]
+fn a_forced_stop_is_noted_before_it_is_made() {
+    let runtime = [running("app", 0, -50), running("side", 0, -50)];
+    let Step::Kill { kill, .. } = plan_at(&forced_with_note(None), &runtime, 2) else {
+        panic!("expected a kill");
+    };
+    let note: Value = serde_json::from_str(kill.note.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        note,
+        json!({"name": "app", "containerID": "containerd://app-0"})
+    );
+    // Without force a stop needs no note: a restarted container is one
+    // the request asked for.
+    let both = json!([{"name": "app", "phase": "Pending"}, {"name": "side", "phase": "Pending"}]);
+    let r = request(json!({}), recreating(both));
+    let Step::Kill { kill, .. } = plan_at(&r, &runtime, 2) else {
+        panic!("expected a kill");
+    };
+    assert_eq!(kill.note, None);
+}
+
+/// The agent stopped app-0 and crashed before recording it; kubelet
+/// started app-1. The note says app-0 was the one: app counts as killed,
+/// and app-1 is not stopped.
+#[test]
+fn a_noted_stop_whose_instance_is_gone_is_not_made_again() {
+    let r = forced_with_note(Some("containerd://app-0"));
+    let runtime = [running("app", 1, 1), running("side", 0, -50)];
+    let step = plan_at(&r, &runtime, 2);
+    if let Step::Kill { kill, .. } = &step {
+        assert_ne!(kill.name, "app", "app-1 stopped again");
+    }
+    let (Step::Kill { states, .. } | Step::WriteStates(states)) = step else {
+        panic!("expected states: {step:?}");
+    };
+    assert_eq!(states[0], state("app", Phase::Recreating, true));
+}
+
+/// The note was written but the agent crashed before the stop: app-0
+/// still runs, and is stopped now.
+#[test]
+fn a_noted_stop_not_made_is_made() {
+    let r = forced_with_note(Some("containerd://app-0"));
+    let runtime = [running("app", 0, -50), running("side", 0, -50)];
+    let Step::Kill { kill, .. } = plan_at(&r, &runtime, 2) else {
+        panic!("expected a kill");
+    };
+    assert_eq!(kill.container_id, "containerd://app-0");
 }

@@ -47,6 +47,32 @@ pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 /// Extra wait after the not-ready grace, so the check lands after it.
 const GRACE_MARGIN: Duration = Duration::from_millis(100);
 
+/// Where the agent notes, before a forced recreation's stop, the container
+/// instance it is about to stop ([`Kill::note`]). A forced recreation stops
+/// whatever instance runs, so an agent that crashed between a stop and its
+/// record (`isKilled`) would, on its return, stop the new instance too; the
+/// note tells it that the instance it went for is gone, and the container
+/// counts as killed.
+pub const STOPPING_ANNOTATION: &str = "crr.kruise-wasm.io/stopping";
+
+/// The note's value: the container and the instance.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct StopNote {
+    name: String,
+    #[serde(rename = "containerID")]
+    container_id: String,
+}
+
+/// The stop noted on `request`, if any (a note that does not read is none).
+fn noted_stop(request: &ContainerRecreateRequest) -> Option<StopNote> {
+    let text = request
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(STOPPING_ANNOTATION)?;
+    serde_json::from_str(text).ok()
+}
+
 /// Which of a pod's requests the agent works on now.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Pick {
@@ -129,6 +155,9 @@ pub struct Kill {
     pub pre_stop: Option<ProbeHandler>,
     /// Seconds from SIGTERM (or the start of the preStop hook) to SIGKILL.
     pub grace_seconds: i64,
+    /// For a forced recreation, the value of [`STOPPING_ANNOTATION`] to
+    /// write on the request before the stop.
+    pub note: Option<String>,
 }
 
 /// What the agent knows when it plans: the request, its pod's containers
@@ -240,6 +269,7 @@ fn current_states(observed: &Observed) -> Vec<ContainerState> {
     let latest = latest_instances(observed.runtime);
     let snapshot = super::snapshot(request);
     let force = strategy(request).and_then(|s| s.force_recreate) == Some(true);
+    let noted = noted_stop(request);
     let min_started = i64::from(strategy(request).map_or(0, |s| s.min_started_seconds));
     request
         .spec
@@ -248,7 +278,11 @@ fn current_states(observed: &Observed) -> Vec<ContainerState> {
         .map(|container| {
             let name = container.name.as_str();
             let before = previous.get(name).copied();
-            let was_killed = before.is_some_and(|s| s.is_killed);
+            // Recorded, or noted before a stop whose instance is gone since.
+            let stopped_unrecorded = noted.as_ref().is_some_and(|note| {
+                note.name == name && latest.get(name).is_some_and(|i| i.id != note.container_id)
+            });
+            let was_killed = before.is_some_and(|s| s.is_killed) || stopped_unrecorded;
             let state = |phase: Phase, message: Option<&str>| ContainerState {
                 name: name.to_owned(),
                 phase,
@@ -317,6 +351,7 @@ fn walk(observed: &Observed, mut states: Vec<ContainerState>) -> Step {
     let request = observed.request;
     let strategy = strategy(request);
     let ordered = strategy.and_then(|s| s.ordered_recreate) == Some(true);
+    let force = strategy.and_then(|s| s.force_recreate) == Some(true);
     let fail_fast = strategy.and_then(|s| s.failure_policy) != Some(FailurePolicy::Ignore);
     let latest = latest_instances(observed.runtime);
     let before = states.clone();
@@ -353,6 +388,7 @@ fn walk(observed: &Observed, mut states: Vec<ContainerState>) -> Step {
                         .get(index)
                         .and_then(|c| c.pre_stop.clone()),
                     grace_seconds: grace_seconds(request),
+                    note: force.then(|| stop_note(&state.name, &instance.id)),
                 };
                 return Step::Kill {
                     kill: Box::new(kill),
@@ -371,6 +407,14 @@ fn walk(observed: &Observed, mut states: Vec<ContainerState>) -> Step {
         return Step::WriteStates(states);
     }
     Step::Wait(RECHECK)
+}
+
+fn stop_note(name: &str, container_id: &str) -> String {
+    let note = StopNote {
+        name: name.to_owned(),
+        container_id: container_id.to_owned(),
+    };
+    serde_json::to_string(&note).unwrap_or_default()
 }
 
 /// The stop's grace period: the request's (the webhook copies the pod's
