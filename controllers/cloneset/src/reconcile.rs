@@ -1064,6 +1064,20 @@ mod tests {
         assert_eq!(lists_of_pods(&seen), 2, "only the test's own lists");
     }
 
+    /// A CloneSet as given, read through a pod watch, after its first round:
+    /// the API, the watch, the context and the first pod as created.
+    async fn first_round_with_pod_watch(
+        cloneset: Value,
+    ) -> (FakeApi, FedWatch<Pod>, Arc<CloneSetContext>, Value) {
+        let api = FakeApi::default();
+        api.insert("clonesets", cloneset);
+        let pod_watch = FedWatch::<Pod>::listed([]).await;
+        let context = context(&api, Some(&pod_watch.watch), None);
+        round_in(&api, &context).await;
+        let first = pods(&api).await[0].clone();
+        (api, pod_watch, context, first)
+    }
+
     /// The user's relabel that takes pod `name` out of the selector.
     async fn relabel_out_of_service(api: &FakeApi, name: &str) {
         let relabel = json!({"metadata": {"labels": {"app": "debugging"}}});
@@ -1078,15 +1092,9 @@ mod tests {
     /// a pod of another owner is left alone.
     #[tokio::test]
     async fn a_pod_the_selector_no_longer_matches_is_released_and_replaced() {
-        let api = FakeApi::default();
-        api.insert("clonesets", cloneset(2, "nginx:1", "ReCreate"));
-        let pod_watch = FedWatch::<Pod>::listed([]).await;
-        let context = context(&api, Some(&pod_watch.watch), None);
-        round_in(&api, &context).await;
-        let stray = pods(&api).await[0]["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let (api, pod_watch, context, first) =
+            first_round_with_pod_watch(cloneset(2, "nginx:1", "ReCreate")).await;
+        let stray = first["metadata"]["name"].as_str().unwrap().to_owned();
         relabel_out_of_service(&api, &stray).await;
         let mut foreign = pods(&api).await[1].clone();
         foreign["metadata"]["name"] = json!("foreign");
@@ -1121,16 +1129,7 @@ mod tests {
     /// instead of the released pod's id and name, which would be refused.
     #[tokio::test]
     async fn a_released_pod_takes_its_claims_and_its_replacement_a_new_id() {
-        let api = FakeApi::default();
-        let mut claimed = cloneset(2, "nginx:1", "ReCreate");
-        claimed["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
-            "spec": {"accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": "1Gi"}}}}]);
-        api.insert("clonesets", claimed);
-        let pod_watch = FedWatch::<Pod>::listed([]).await;
-        let context = context(&api, Some(&pod_watch.watch), None);
-        round_in(&api, &context).await;
-        let stray = pods(&api).await[0].clone();
+        let (api, pod_watch, context, stray) = first_round_with_pod_watch(claimed()).await;
         let name = stray["metadata"]["name"].as_str().unwrap().to_owned();
         let id = stray["metadata"]["labels"][LABEL_INSTANCE_ID]
             .as_str()
@@ -1163,12 +1162,18 @@ mod tests {
         assert_eq!(ids.len(), 1, "only the released pod has its id");
     }
 
-    /// A CloneSet with a claim template and `disablePVCReuse`.
-    fn claimed_without_reuse() -> Value {
+    /// A CloneSet of two pods with a claim template `data`.
+    fn claimed() -> Value {
         let mut claimed = cloneset(2, "nginx:1", "ReCreate");
         claimed["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
             "spec": {"accessModes": ["ReadWriteOnce"],
                      "resources": {"requests": {"storage": "1Gi"}}}}]);
+        claimed
+    }
+
+    /// [`claimed`], with `disablePVCReuse`.
+    fn claimed_without_reuse() -> Value {
+        let mut claimed = claimed();
         claimed["spec"]["scaleStrategy"] = json!({"disablePVCReuse": true});
         claimed
     }
@@ -1215,15 +1220,9 @@ mod tests {
     /// deleted nor given to a new pod, which would have its name.
     #[tokio::test]
     async fn claims_a_pod_taken_from_the_cloneset_mounts_stay() {
-        let api = FakeApi::default();
-        api.insert("clonesets", claimed_without_reuse());
-        let pod_watch = FedWatch::<Pod>::listed([]).await;
-        let context = context(&api, Some(&pod_watch.watch), None);
-        round_in(&api, &context).await;
-        let taken = pods(&api).await[0]["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let (api, pod_watch, context, first) =
+            first_round_with_pod_watch(claimed_without_reuse()).await;
+        let taken = first["metadata"]["name"].as_str().unwrap().to_owned();
         let orphaned = json!({"metadata": {"ownerReferences": [],
                                            "labels": {LABEL_INSTANCE_ID: null}}});
         Api::<Pod>::namespaced(api.client(), "default")

@@ -167,6 +167,26 @@ async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig: &Path, cl
     assert_eq!(beta["status"]["readyReplicas"], 2);
 }
 
+/// A CloneSet `name` of one nginx container in `version`, with the
+/// fields of `spec` set.
+fn plain_cloneset(version: &str, name: &str, spec: &Value) -> Value {
+    let mut object = json!({
+        "apiVersion": version, "kind": "CloneSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1.25"}]},
+            },
+        },
+    });
+    for (field, value) in spec.as_object().into_iter().flatten() {
+        object["spec"][field] = value.clone();
+    }
+    object
+}
+
 /// As OpenKruise's webhook judges each version with its own validator,
 /// ours does, though it is handed every CloneSet as v1alpha1: the API
 /// server names the request's version (`requestKind`). OnDelete only in
@@ -174,22 +194,12 @@ async fn a_v1beta1_cloneset_rolls_out_and_keeps_its_fields(kubeconfig: &Path, cl
 /// only.
 fn each_cloneset_is_judged_by_its_versions_validator(kubeconfig: &Path) {
     let cloneset = |version: &str, name: &str, spec: Value| {
-        let mut object = json!({
-            "apiVersion": version, "kind": "CloneSet",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "main", "image": "nginx:1.25"}]},
-                },
-            },
-        });
-        for (field, value) in spec.as_object().unwrap() {
-            object["spec"][field] = value.clone();
-        }
-        apply_text(kubeconfig, &object.to_string())
+        let mut spec = spec;
+        spec["replicas"] = json!(0);
+        apply_text(
+            kubeconfig,
+            &plain_cloneset(version, name, &spec).to_string(),
+        )
     };
     let on_delete = json!({"updateStrategy": {"type": "OnDelete"}});
     let refused = cloneset(ALPHA, "alpha-on-delete", on_delete.clone());
@@ -219,22 +229,8 @@ fn each_cloneset_is_judged_by_its_versions_validator(kubeconfig: &Path) {
 /// budget of unavailable pods is 20 % rounded down, none of one pod.)
 async fn an_on_delete_cloneset_deletes_the_pod_it_is_told_to(kubeconfig: &Path, client: &Client) {
     let name = "beta-prune";
-    apply(
-        kubeconfig,
-        &json!({
-            "apiVersion": BETA, "kind": "CloneSet",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "replicas": 5,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "main", "image": "nginx:1.25"}]},
-                },
-                "updateStrategy": {"type": "OnDelete"},
-            },
-        }),
-    );
+    let spec = json!({"replicas": 5, "updateStrategy": {"type": "OnDelete"}});
+    apply(kubeconfig, &plain_cloneset(BETA, name, &spec));
     let clone_sets: Api<CloneSet> = Api::namespaced(client.clone(), "default");
     let ready = |c: &CloneSet| c.status.as_ref().is_some_and(|s| s.ready_replicas == 5);
     wait_for(&clone_sets, name, "5 ready replicas", |c| {

@@ -220,6 +220,12 @@ mod tests {
         .unwrap()
     }
 
+    fn terminating(mut pod: Pod) -> Pod {
+        pod.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        pod
+    }
+
     fn claim(id: &str, owner: &str, terminating: bool) -> PersistentVolumeClaim {
         let mut metadata = json!({
             "name": format!("data-cs-{id}"),
@@ -322,10 +328,7 @@ mod tests {
 
     #[test]
     fn the_pods_that_may_hold_free_claims_are_named_after_their_ids() {
-        let mut terminating = pod("bbbbb");
-        terminating.metadata.deletion_timestamp =
-            serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
-        let pods = [pod("aaaaa"), terminating];
+        let pods = [pod("aaaaa"), terminating(pod("bbbbb"))];
         let claims = [
             claim("aaaaa", UID, false),
             claim("bbbbb", UID, false),
@@ -357,10 +360,7 @@ mod tests {
 
     #[test]
     fn a_terminating_pod_frees_its_id_and_claims_for_its_replacement() {
-        let mut terminating = pod("ccccc");
-        terminating.metadata.deletion_timestamp =
-            serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
-        let pods = [pod("aaaaa"), terminating];
+        let pods = [pod("aaaaa"), terminating(pod("ccccc"))];
         let claims = [claim("aaaaa", UID, false), claim("ccccc", UID, false)];
         let plan = plan_claims(&cloneset(false), &pods, &claims, &[], &BTreeSet::new());
         assert_eq!(plan.reusable_ids, ["ccccc"]);
