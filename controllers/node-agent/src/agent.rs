@@ -24,7 +24,7 @@ use kruise_api::containerrecreaterequest::{
     ContainerRecreateRequestPhase as Phase, NODE_NAME_LABEL,
 };
 use kruise_api::{ContainerRecreateRequest, Stored};
-use kruise_controller_runtime::api_error::{ApiFailure, is_conflict, unless_raced};
+use kruise_controller_runtime::api_error::{ApiFailure, is_conflict, raced, unless_raced};
 use kruise_controller_runtime::backoff::Backoff;
 use kruise_controller_runtime::events::Events;
 use kruise_controller_runtime::metrics;
@@ -203,10 +203,14 @@ async fn round<R: ContainerRuntime>(
             Step::Kill { kill, states } => {
                 let noted;
                 let picked = match &kill.note {
-                    Some(note) => {
-                        noted = note_stop(&requests, picked, note).await?;
-                        &noted
-                    }
+                    Some(note) => match note_stop(&requests, picked, note).await? {
+                        Some(written) => {
+                            noted = written;
+                            &noted
+                        }
+                        // Written meanwhile: plan again.
+                        None => continue,
+                    },
                     None => picked,
                 };
                 let states = match stop(agent, &pod, picked, &kill).await {
@@ -277,12 +281,13 @@ async fn stop<R: ContainerRuntime>(
 /// Notes on the request, on the version planned from, the instance a
 /// forced recreation is about to stop ([`daemon::STOPPING_ANNOTATION`]),
 /// so that an agent crashing between the stop and its record does not stop
-/// the container's next instance too. Returns the request as written.
+/// the container's next instance too. Returns the request as written; none
+/// when it was written or deleted meanwhile.
 async fn note_stop(
     requests: &Api<Stored<ContainerRecreateRequest>>,
     request: &ContainerRecreateRequest,
     note: &str,
-) -> Result<ContainerRecreateRequest, Error> {
+) -> Result<Option<ContainerRecreateRequest>, Error> {
     let patch = json!({"metadata": {
         "resourceVersion": request.metadata.resource_version,
         "annotations": {daemon::STOPPING_ANNOTATION: note},
@@ -290,11 +295,11 @@ async fn note_stop(
     let name = request.metadata.name.as_deref().unwrap_or_default();
     let written = requests
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map_err(failed("note the stop on the request"))?;
+        .await;
+    let written = raced(written).map_err(failed("note the stop on the request"))?;
     // It read a moment ago; should it not now, the record of the stop
     // settles the version by its conflict retry.
-    Ok(written.object.unwrap_or_else(|_| request.clone()))
+    Ok(written.map(|stored| stored.object.unwrap_or_else(|_| request.clone())))
 }
 
 /// Writes the states after a stop. A stop cannot be planned again, so a
