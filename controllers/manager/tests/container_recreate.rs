@@ -360,8 +360,8 @@ async fn three_requests_on_one_pod_complete_in_order(client: &Client) {
 }
 
 /// A forced recreation notes on the request which instance it is about to
-/// stop (through the webhook's UPDATE rules and the agent's RBAC), then
-/// stops it once.
+/// stop (through the webhook's UPDATE rules; the agent's own account's
+/// right to write it is checked in deploy.rs), then stops it once.
 async fn a_forced_request_notes_its_stop_and_recreates_once(client: &Client) {
     let requests: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

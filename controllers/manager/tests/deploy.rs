@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::SystemTime;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_api::{CloneSet, NodeImage};
@@ -216,6 +217,7 @@ async fn the_node_agent_pulls(admin: &Client, agent: Client) {
         .create(&PostParams::default(), &node_image)
         .await
         .unwrap();
+    can_write_recreate_requests(&agent).await;
     let runtime = SimRuntime::new(admin.clone(), node);
     let agent = tokio::spawn(kruise_node_agent::run(agent, node.to_owned(), runtime));
     wait_for(&node_images, node, "its tag pulled", |node_image| {
@@ -227,4 +229,27 @@ async fn the_node_agent_pulls(admin: &Client, agent: Client) {
     })
     .await;
     agent.abort();
+}
+
+/// What the agent writes on a ContainerRecreateRequest: its status, and
+/// the note a forced recreation makes before its stop (an annotation), as
+/// the API server's authorizer answers for the agent's own account.
+async fn can_write_recreate_requests(agent: &Client) {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(agent.clone());
+    for subresource in ["", "status"] {
+        let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {
+                "group": "apps.kruise.io", "resource": "containerrecreaterequests",
+                "subresource": subresource, "verb": "patch", "namespace": "default",
+            }},
+        }))
+        .unwrap();
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .unwrap();
+        let allowed = answer.status.is_some_and(|status| status.allowed);
+        assert!(allowed, "patch containerrecreaterequests/{subresource}");
+    }
 }
