@@ -201,25 +201,28 @@ fn each_cloneset_is_judged_by_its_versions_validator(kubeconfig: &Path) {
             &plain_cloneset(version, name, &spec).to_string(),
         )
     };
-    let on_delete = json!({"updateStrategy": {"type": "OnDelete"}});
-    let refused = cloneset(ALPHA, "alpha-on-delete", on_delete.clone());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success() && stderr.contains("spec.updateStrategy.type"),
-        "{stderr}"
-    );
-    let accepted = cloneset(BETA, "beta-on-delete", on_delete);
-    assert!(accepted.status.success(), "{accepted:?}");
-
-    let deadline = json!({"minReadySeconds": 30, "progressDeadlineSeconds": 10});
-    let refused = cloneset(ALPHA, "alpha-deadline", deadline.clone());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success() && stderr.contains("spec.progressDeadlineSeconds"),
-        "{stderr}"
-    );
-    let accepted = cloneset(BETA, "beta-deadline", deadline);
-    assert!(accepted.status.success(), "{accepted:?}");
+    let cases = [
+        (
+            "on-delete",
+            json!({"updateStrategy": {"type": "OnDelete"}}),
+            "spec.updateStrategy.type",
+        ),
+        (
+            "deadline",
+            json!({"minReadySeconds": 30, "progressDeadlineSeconds": 10}),
+            "spec.progressDeadlineSeconds",
+        ),
+    ];
+    for (name, spec, field) in cases {
+        let refused = cloneset(ALPHA, &format!("alpha-{name}"), spec.clone());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success() && stderr.contains(field),
+            "{stderr}"
+        );
+        let accepted = cloneset(BETA, &format!("beta-{name}"), spec);
+        assert!(accepted.status.success(), "{accepted:?}");
+    }
 }
 
 /// An OnDelete CloneSet (v1beta1 only) deletes a pod listed in

@@ -513,6 +513,44 @@ mod tests {
         );
     }
 
+    /// A note on a version of the request that is no longer the stored
+    /// one (the manager wrote meanwhile) is no failure: none is written,
+    /// and the step is planned again on the request as it now is.
+    #[tokio::test]
+    async fn a_stop_note_on_a_stale_version_is_planned_again() {
+        let api = FakeApi::default();
+        let stored = api.insert(
+            "containerrecreaterequests",
+            serde_json::to_value(request("web-uid")).expect("json"),
+        );
+        let stale: ContainerRecreateRequest = serde_json::from_value(stored).expect("a request");
+        let requests: Api<Stored<ContainerRecreateRequest>> =
+            Api::namespaced(api.client(), "default");
+        let between = json!({"metadata": {"annotations": {"snapshot": "1"}}});
+        requests
+            .patch("restart", &PatchParams::default(), &Patch::Merge(between))
+            .await
+            .expect("the manager's write");
+        let noted = note_stop(&requests, &stale, "{}")
+            .await
+            .expect("no failure");
+        assert!(noted.is_none());
+        let fresh = requests.get("restart").await.expect("the request");
+        let fresh = fresh.object.expect("readable");
+        let noted = note_stop(&requests, &fresh, "{}")
+            .await
+            .expect("no failure");
+        let annotations = noted
+            .and_then(|r| r.metadata.annotations)
+            .unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get(daemon::STOPPING_ANNOTATION)
+                .map(String::as_str),
+            Some("{}")
+        );
+    }
+
     /// A request whose pod was replaced by one of the same name (a
     /// StatefulSet's, recreated on the node) leaves the new pod's
     /// containers alone; the pod it names gets its container stopped.
