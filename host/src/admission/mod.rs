@@ -3,6 +3,7 @@
 //! and policy-server's enforcement rules.
 
 mod constraints;
+mod diff;
 mod request;
 mod response;
 

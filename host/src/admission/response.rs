@@ -7,19 +7,23 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
+use super::diff::diff_text;
 use crate::runtime::CallError;
 
-/// What a Kubewarden policy answers to `validate` (snake_case keys).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ValidationResponse {
+/// What a Kubewarden policy answers to `validate` (snake_case keys). The
+/// mutated object stays text, borrowed from the answer: it is diffed as
+/// it is read ([`diff_text`]).
+#[derive(Debug, Deserialize)]
+pub struct ValidationResponse<'a> {
     pub accepted: bool,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default)]
     pub code: Option<u16>,
-    #[serde(default)]
-    pub mutated_object: Option<Value>,
+    #[serde(default, borrow)]
+    pub mutated_object: Option<&'a RawValue>,
     #[serde(default)]
     pub audit_annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -116,23 +120,19 @@ impl AdmissionResponse {
             Err(error) => Self::internal_server_error(uid, &error.to_string()),
             Ok(bytes) => match serde_json::from_slice::<ValidationResponse>(&bytes) {
                 Ok(response) => Self::from_validation(uid, object, response),
-                Err(error) => Self::internal_server_error(
-                    uid,
-                    &format!("Cannot deserialize policy validation response: {error}"),
-                ),
+                Err(error) => Self::unreadable(uid, &error),
             },
         }
     }
 
-    pub fn from_validation(
-        uid: &str,
-        object: Option<&Value>,
-        response: ValidationResponse,
-    ) -> Self {
-        let patch = match (&response.mutated_object, object) {
+    fn from_validation(uid: &str, object: Option<&Value>, response: ValidationResponse) -> Self {
+        let patch = match (response.mutated_object, object) {
             (None, _) => None,
             (Some(_), None) => return Self::reject(uid, MUTATION_WITHOUT_OBJECT.to_owned(), None),
-            (Some(mutated), Some(object)) => json_patch_base64(object, mutated),
+            (Some(mutated), Some(object)) => match diff_text(object, mutated.get()) {
+                Ok(patch) => encoded(&patch),
+                Err(error) => return Self::unreadable(uid, &error),
+            },
         };
         let status = (response.message.is_some() || response.code.is_some()).then(|| Status {
             message: response.message,
@@ -150,6 +150,13 @@ impl AdmissionResponse {
         }
     }
 
+    fn unreadable(uid: &str, error: &serde_json::Error) -> Self {
+        Self::internal_server_error(
+            uid,
+            &format!("Cannot deserialize policy validation response: {error}"),
+        )
+    }
+
     /// One line of JSON, as `kwctl run` prints it.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -159,11 +166,14 @@ impl AdmissionResponse {
 /// The RFC 6902 patch from `object` to `mutated`, serialised and base64
 /// encoded (standard alphabet, padded); `None` when nothing changed.
 pub fn json_patch_base64(object: &Value, mutated: &Value) -> Option<String> {
-    let patch = json_patch::diff(object, mutated);
+    encoded(&json_patch::diff(object, mutated))
+}
+
+fn encoded(patch: &json_patch::Patch) -> Option<String> {
     if patch.0.is_empty() {
         return None;
     }
-    serde_json::to_string(&patch)
+    serde_json::to_vec(patch)
         .ok()
         .map(|json| STANDARD.encode(json))
 }
@@ -294,6 +304,27 @@ mod tests {
         let timeout = AdmissionResponse::from_guest("u", None, Err(CallError::DeadlineExceeded));
         assert_eq!(timeout.status.unwrap().message.unwrap(), TIMEOUT_MESSAGE);
         assert!(!timeout.allowed);
+    }
+
+    /// The mutated object is kept as text when the answer is read and
+    /// read when it is diffed: too deep an object is refused either way,
+    /// with serde_json's message.
+    #[test]
+    fn a_mutated_object_too_deep_to_read_is_a_failure() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let answer = format!(r#"{{"accepted": true, "mutated_object": {{"a": {deep}}}}}"#);
+        let response =
+            AdmissionResponse::from_guest("u", Some(&json!({"a": []})), Ok(answer.into_bytes()));
+        assert!(!response.allowed);
+        let status = response.status.unwrap();
+        assert_eq!(status.code, Some(500));
+        let message = status.message.unwrap();
+        assert!(
+            message.starts_with(
+                "internal server error: Cannot deserialize policy validation response: recursion limit exceeded"
+            ),
+            "{message}"
+        );
     }
 
     #[test]
