@@ -175,9 +175,15 @@ impl Owner<'_> {
     /// One going away leaves its claims to the CloneSet, as any pod that
     /// goes does.
     fn strays(&self) -> Option<Vec<Pod>> {
-        let stray =
-            |pod: &Pod| pod.namespace().as_deref() == Some(self.namespace) && self.is_stray(pod);
-        let cached = self.context.pods.cached(self.key, stray)?;
+        self.cached_pods(|pod| self.is_stray(pod))
+    }
+
+    /// The pods of the watch in the CloneSet's namespace that `keep`
+    /// takes; None while the watch cannot be trusted.
+    fn cached_pods(&self, keep: impl Fn(&Pod) -> bool) -> Option<Vec<Pod>> {
+        let in_namespace =
+            |pod: &Pod| pod.namespace().as_deref() == Some(self.namespace) && keep(pod);
+        let cached = self.context.pods.cached(self.key, in_namespace)?;
         Some(cached.iter().map(|pod| Pod::clone(pod)).collect())
     }
 
@@ -201,15 +207,13 @@ impl Owner<'_> {
             return Ok(Vec::new());
         }
         let holder = |pod: &Pod| {
-            pod.namespace().as_deref() == Some(self.namespace)
-                && pod
-                    .metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|n| names.contains(n))
+            pod.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| names.contains(n))
         };
-        if let Some(cached) = self.context.pods.cached(self.key, holder) {
-            return Ok(cached.iter().map(|pod| Pod::clone(pod)).collect());
+        if let Some(cached) = self.cached_pods(holder) {
+            return Ok(cached);
         }
         let api = Api::<Pod>::namespaced(self.context.shared.client.clone(), self.namespace);
         let reads = names.into_iter().map(|name| {

@@ -53,6 +53,20 @@ fn with_lifecycle(mut cs: CloneSet, lifecycle: Lifecycle) -> CloneSet {
     cs
 }
 
+/// One pod, updated in place if possible, its update hooked by `hook`.
+fn hooked_in_place(partition: &str, hook: LifecycleHook) -> CloneSet {
+    with_lifecycle(
+        with_type(
+            cloneset(1, partition, "1", "0"),
+            CloneSetUpdateStrategyType::InPlaceIfPossible,
+        ),
+        Lifecycle {
+            in_place_update: Some(hook),
+            ..Default::default()
+        },
+    )
+}
+
 fn label_hook(key: &str) -> LifecycleHook {
     LifecycleHook {
         labels_handler: [(key.to_owned(), "true".to_owned())].into(),
@@ -386,16 +400,7 @@ fn new_pod_with_pre_normal_hook_opens_its_gate_without_waiting_for_the_hook() {
 fn in_place_update_normal_to_preparing_update_pod_does_hook() {
     let mut hook = label_hook("upgrade-hook");
     hook.mark_pod_not_ready = true;
-    let cs = with_lifecycle(
-        with_type(
-            cloneset(1, "0", "1", "0"),
-            CloneSetUpdateStrategyType::InPlaceIfPossible,
-        ),
-        Lifecycle {
-            in_place_update: Some(hook),
-            ..Default::default()
-        },
-    );
+    let cs = hooked_in_place("0", hook);
     let mut hooked = ready_pod("p0", REV_A);
     set_label(&mut hooked, "upgrade-hook", "true");
     let mut updated = ready_pod("p0", REV_A);
@@ -420,16 +425,7 @@ fn in_place_update_normal_to_preparing_update_pod_does_hook() {
 /// it straight back (it is at the update revision), every round.
 #[test]
 fn in_place_rollback_of_an_updated_pod_restores_no_hook() {
-    let cs = with_lifecycle(
-        with_type(
-            cloneset(1, "1", "1", "0"),
-            CloneSetUpdateStrategyType::InPlaceIfPossible,
-        ),
-        Lifecycle {
-            in_place_update: Some(label_hook("upgrade-hook")),
-            ..Default::default()
-        },
-    );
+    let cs = hooked_in_place("1", label_hook("upgrade-hook"));
     let mut pod = ready_pod("p0", REV_B);
     set_label(&mut pod, LABEL_LIFECYCLE_STATE, "Updated");
     let gates = FeatureGates {
@@ -444,16 +440,7 @@ fn in_place_rollback_of_an_updated_pod_restores_no_hook() {
 
 #[test]
 fn in_place_update_preparing_update_to_updating_when_unhooked() {
-    let cs = with_lifecycle(
-        with_type(
-            cloneset(1, "0", "1", "0"),
-            CloneSetUpdateStrategyType::InPlaceIfPossible,
-        ),
-        Lifecycle {
-            in_place_update: Some(label_hook("upgrade-hook")),
-            ..Default::default()
-        },
-    );
+    let cs = hooked_in_place("0", label_hook("upgrade-hook"));
     let mut pod = unready_pod("p0", REV_A);
     set_label(&mut pod, LABEL_LIFECYCLE_STATE, "PreparingUpdate");
     let plan = run(&cs, &[pod], &image_revisions(REV_A, REV_B), NO_GATES);
