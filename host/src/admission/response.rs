@@ -12,22 +12,30 @@ use serde_json::value::RawValue;
 use super::diff::diff_text;
 use crate::runtime::CallError;
 
-/// What a Kubewarden policy answers to `validate` (snake_case keys). The
-/// mutated object stays text, borrowed from the answer: it is diffed as
-/// it is read ([`diff_text`]).
+/// What a Kubewarden policy answers to `validate` (snake_case keys), its
+/// mutated object read as `M`: a tree ([`ValidationResponse`]), or text
+/// borrowed from the answer, diffed as it is read ([`diff_text`]).
 #[derive(Debug, Deserialize)]
-pub struct ValidationResponse<'a> {
+pub struct GuestAnswer<M> {
     pub accepted: bool,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default)]
     pub code: Option<u16>,
-    #[serde(default, borrow)]
-    pub mutated_object: Option<&'a RawValue>,
+    #[serde(default = "none")]
+    pub mutated_object: Option<M>,
     #[serde(default)]
     pub audit_annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub warnings: Option<Vec<String>>,
+}
+
+/// The answer as policy-server reads it.
+pub type ValidationResponse = GuestAnswer<Value>;
+
+// `#[serde(default)]` would ask for `M: Default`.
+fn none<M>() -> Option<M> {
+    None
 }
 
 /// The answer the API server gets. Field order and the `null`s of
@@ -118,22 +126,45 @@ impl AdmissionResponse {
                 Self::reject(uid, TIMEOUT_MESSAGE.to_owned(), Some(500))
             }
             Err(error) => Self::internal_server_error(uid, &error.to_string()),
-            Ok(bytes) => match serde_json::from_slice::<ValidationResponse>(&bytes) {
-                Ok(response) => Self::from_validation(uid, object, response),
-                Err(error) => Self::unreadable(uid, &error),
-            },
+            Ok(bytes) => Self::from_answer(uid, object, &bytes),
+        }
+    }
+
+    /// The mutated object's text walked against `object` when it can be
+    /// (most answers); otherwise, and for every unreadable answer, the
+    /// answer read as policy-server reads it, with its errors.
+    fn from_answer(uid: &str, object: Option<&Value>, bytes: &[u8]) -> Self {
+        if let Ok(answer) = serde_json::from_slice::<GuestAnswer<&RawValue>>(bytes) {
+            match (answer.mutated_object, object) {
+                (None, _) => return Self::from_parts(uid, answer, None),
+                (Some(mutated), Some(object)) => {
+                    if let Some(patch) = diff_text(object, mutated.get()) {
+                        return Self::from_parts(uid, answer, encoded(&patch));
+                    }
+                }
+                (Some(_), None) => {}
+            }
+        }
+        match serde_json::from_slice::<ValidationResponse>(bytes) {
+            Ok(answer) => Self::from_validation(uid, object, answer),
+            Err(error) => Self::internal_server_error(
+                uid,
+                &format!("Cannot deserialize policy validation response: {error}"),
+            ),
         }
     }
 
     fn from_validation(uid: &str, object: Option<&Value>, response: ValidationResponse) -> Self {
-        let patch = match (response.mutated_object, object) {
+        let patch = match (&response.mutated_object, object) {
             (None, _) => None,
             (Some(_), None) => return Self::reject(uid, MUTATION_WITHOUT_OBJECT.to_owned(), None),
-            (Some(mutated), Some(object)) => match diff_text(object, mutated.get()) {
-                Ok(patch) => encoded(&patch),
-                Err(error) => return Self::unreadable(uid, &error),
-            },
+            (Some(mutated), Some(object)) => json_patch_base64(object, mutated),
         };
+        Self::from_parts(uid, response, patch)
+    }
+
+    /// The response for an answer whose patch (base64) is made.
+    fn from_parts<M>(uid: &str, response: GuestAnswer<M>, patch: Option<String>) -> Self {
         let status = (response.message.is_some() || response.code.is_some()).then(|| Status {
             message: response.message,
             code: response.code,
@@ -148,13 +179,6 @@ impl AdmissionResponse {
             audit_annotations: response.audit_annotations,
             warnings: response.warnings,
         }
-    }
-
-    fn unreadable(uid: &str, error: &serde_json::Error) -> Self {
-        Self::internal_server_error(
-            uid,
-            &format!("Cannot deserialize policy validation response: {error}"),
-        )
     }
 
     /// One line of JSON, as `kwctl run` prints it.
@@ -306,25 +330,44 @@ mod tests {
         assert!(!timeout.allowed);
     }
 
-    /// The mutated object is kept as text when the answer is read and
-    /// read when it is diffed: too deep an object is refused either way,
-    /// with serde_json's message.
+    /// However the mutated object is read, what policy-server's reading
+    /// refuses is refused with its message, and what it takes is taken:
+    /// nesting up to serde_json's limit within the answer, and a key given
+    /// twice (the last value kept).
     #[test]
-    fn a_mutated_object_too_deep_to_read_is_a_failure() {
-        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        let answer = format!(r#"{{"accepted": true, "mutated_object": {{"a": {deep}}}}}"#);
+    fn a_mutated_object_is_refused_and_taken_as_policy_server_reads_it() {
+        let nested = |depth: usize| {
+            let array = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            format!(r#"{{"accepted": true, "mutated_object": {{"a": {array}}}}}"#)
+        };
+        for depth in [125, 126, 200] {
+            let answer = nested(depth);
+            let response = AdmissionResponse::from_guest(
+                "u",
+                Some(&json!({"a": []})),
+                Ok(answer.clone().into_bytes()),
+            );
+            match serde_json::from_slice::<ValidationResponse>(answer.as_bytes()) {
+                Ok(_) => assert!(response.allowed && response.patch.is_some(), "{depth}"),
+                Err(error) => {
+                    assert!(error.to_string().starts_with("recursion limit exceeded"));
+                    assert_eq!(
+                        response.status.unwrap().message.unwrap(),
+                        format!(
+                            "internal server error: Cannot deserialize policy validation response: {error}"
+                        )
+                    );
+                }
+            }
+        }
+        assert!(serde_json::from_slice::<ValidationResponse>(nested(125).as_bytes()).is_ok());
+        assert!(serde_json::from_slice::<ValidationResponse>(nested(126).as_bytes()).is_err());
+
+        let twice = br#"{"accepted": true, "mutated_object": {"a": 2, "a": 1}}"#;
         let response =
-            AdmissionResponse::from_guest("u", Some(&json!({"a": []})), Ok(answer.into_bytes()));
-        assert!(!response.allowed);
-        let status = response.status.unwrap();
-        assert_eq!(status.code, Some(500));
-        let message = status.message.unwrap();
-        assert!(
-            message.starts_with(
-                "internal server error: Cannot deserialize policy validation response: recursion limit exceeded"
-            ),
-            "{message}"
-        );
+            AdmissionResponse::from_guest("u", Some(&json!({"a": 1})), Ok(twice.to_vec()));
+        assert!(response.allowed);
+        assert_eq!(response.patch, None);
     }
 
     #[test]
