@@ -5,7 +5,6 @@
 //! `<pod>-barrier` ConfigMap; everything else is accepted unchanged. Takes
 //! no settings.
 
-use k8s_openapi::api::core::v1::Pod;
 use kruise_core::launch_priority::{self, NAME_SUFFIX_ALPHABET};
 use kruise_core::pod_readiness;
 /// The policy takes no settings; any given are refused.
@@ -25,16 +24,9 @@ pub fn evaluate(request: &PodAdmission<'_>, name_suffix: &str) -> Outcome {
     let gated = pod_readiness::add_gate_for_workload(&mut pod);
     match launch_priority::apply(&pod, name_suffix) {
         Ok(None) if !gated => Outcome::Accept,
-        Ok(None) => mutated(&pod),
-        Ok(Some(ordered)) => mutated(&ordered),
+        Ok(None) => Outcome::MutatePod(Box::new(pod)),
+        Ok(Some(ordered)) => Outcome::MutatePod(Box::new(ordered)),
         Err(e) => Outcome::bad_request(e.to_string()),
-    }
-}
-
-fn mutated(pod: &Pod) -> Outcome {
-    match serde_json::to_value(pod) {
-        Ok(object) => Outcome::Mutate(object),
-        Err(e) => Outcome::bad_request(format!("cannot write the pod: {e}")),
     }
 }
 
@@ -108,7 +100,7 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "annotations": {"apps.kruise.io/container-launch-priority": "Ordered"}},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        let Outcome::Mutate(object) = PodCreate::new(&pod).evaluate("bbbbb") else {
+        let Some(object) = PodCreate::new(&pod).evaluate("bbbbb").mutated_object() else {
             panic!("expected a mutation");
         };
         let key = &object["spec"]["containers"][1]["env"][0]["valueFrom"]["configMapKeyRef"];
@@ -126,8 +118,9 @@ mod tests {
                 "metadata": {"name": "p", "ownerReferences": owner(api_version)},
                 "spec": {"containers": [{"name": "a"}]}})
         };
-        let Outcome::Mutate(object) =
-            PodCreate::new(&pod("apps.kruise.io/v1alpha1")).evaluate("bbbbb")
+        let Some(object) = PodCreate::new(&pod("apps.kruise.io/v1alpha1"))
+            .evaluate("bbbbb")
+            .mutated_object()
         else {
             panic!("expected a mutation");
         };
@@ -145,7 +138,7 @@ mod tests {
         ordered["metadata"]["annotations"] =
             json!({"apps.kruise.io/container-launch-priority": "Ordered"});
         ordered["spec"]["containers"] = json!([{"name": "a"}, {"name": "b"}]);
-        let Outcome::Mutate(object) = PodCreate::new(&ordered).evaluate("bbbbb") else {
+        let Some(object) = PodCreate::new(&ordered).evaluate("bbbbb").mutated_object() else {
             panic!("expected a mutation");
         };
         assert_eq!(
@@ -175,7 +168,7 @@ mod tests {
             "spec": {"containers": containers}});
         assert!(matches!(
             PodCreate::new(&named).evaluate(""),
-            Outcome::Mutate(_)
+            Outcome::MutatePod(_)
         ));
         let to_be_named = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": "web-", "annotations": ordered},

@@ -274,10 +274,7 @@ fn inject_pod<C: Cluster>(
     };
     match inject(pod, &context) {
         Ok(injection) if injection.sidecar_sets.is_empty() => Outcome::Accept,
-        Ok(injection) => match serde_json::to_value(injection.pod) {
-            Ok(object) => Outcome::Mutate(object),
-            Err(e) => Outcome::bad_request(format!("cannot write the pod: {e}")),
-        },
+        Ok(injection) => Outcome::MutatePod(Box::new(injection.pod)),
         Err(e) => Outcome::bad_request(e.to_string()),
     }
 }

@@ -65,7 +65,8 @@ fn container_names(object: &Value) -> Vec<&str> {
 #[test]
 fn inline_sidecarsets_inject_the_users_example() {
     let settings = inline(vec![example("sidecarset-scs-demo.yaml")]);
-    let Outcome::Mutate(pod) = run(&settings, &example("pod-test-pod.yaml"), &NoCluster) else {
+    let Some(pod) = run(&settings, &example("pod-test-pod.yaml"), &NoCluster).mutated_object()
+    else {
         panic!("expected the pod to be mutated");
     };
     assert_eq!(container_names(&pod), ["sidecar1", "app"]);
@@ -208,7 +209,7 @@ fn without_inline_sidecarsets_the_cluster_is_read() {
         &example("pod-test-pod.yaml"),
         &cluster,
     );
-    assert!(matches!(outcome, Outcome::Mutate(_)), "{outcome:?}");
+    assert!(matches!(outcome, Outcome::MutatePod(_)), "{outcome:?}");
     assert_eq!(
         *cluster.asked.borrow(),
         ["sidecarsets", "namespace default"]
@@ -236,10 +237,10 @@ fn an_unreadable_sidecarset_is_left_out_with_a_warning() {
     };
     let request = pod_create(&example("pod-test-pod.yaml"));
     let answer = evaluate(&read(&request), &Settings::default(), &environment);
-    let Outcome::Mutate(pod) = &answer.outcome else {
+    let Some(pod) = answer.outcome.mutated_object() else {
         panic!("expected the good SidecarSet injected: {answer:?}");
     };
-    assert_eq!(container_names(pod), ["sidecar1", "app"]);
+    assert_eq!(container_names(&pod), ["sidecar1", "app"]);
     assert_eq!(answer.warnings.len(), 1, "{:?}", answer.warnings);
     let warning = answer.warnings[0].clone();
     assert!(

@@ -223,6 +223,10 @@ pub enum Outcome {
     Accept,
     /// Accept with this object in place of the request's.
     Mutate(serde_json::Value),
+    /// Accept with this pod in place of the request's, written into the
+    /// answer from its fields (no JSON tree built in between: the host
+    /// diffs the text whatever order its keys come in).
+    MutatePod(Box<Pod>),
     Reject {
         message: String,
         code: u16,
@@ -255,6 +259,15 @@ impl Outcome {
         let (accepted, message, code, mutated_object) = match self {
             Outcome::Accept => (true, None, None, None),
             Outcome::Mutate(object) => (true, None, None, Some(object)),
+            Outcome::MutatePod(pod) => match serde_json::to_value(pod) {
+                Ok(object) => (true, None, None, Some(object)),
+                Err(e) => (
+                    false,
+                    Some(format!("cannot write the pod: {e}")),
+                    Some(BAD_REQUEST),
+                    None,
+                ),
+            },
             Outcome::Reject { message, code } => (false, Some(message), Some(code), None),
         };
         ValidationResponse {
@@ -268,8 +281,41 @@ impl Outcome {
     }
 
     pub fn into_payload(self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&self.into_response())
+        Answer::from(self).into_payload()
     }
+
+    /// The object a mutation puts in place of the request's, as JSON.
+    pub fn mutated_object(&self) -> Option<serde_json::Value> {
+        match self {
+            Outcome::Mutate(object) => Some(object.clone()),
+            Outcome::MutatePod(pod) => serde_json::to_value(pod).ok(),
+            Outcome::Accept | Outcome::Reject { .. } => None,
+        }
+    }
+}
+
+/// Kubewarden's `ValidationResponse` as the guest writes it: the same keys
+/// in the same order, `null`s included, but the mutated object written
+/// from whatever holds it.
+#[derive(Serialize)]
+struct Payload<'a, M> {
+    accepted: bool,
+    message: Option<&'a str>,
+    code: Option<u16>,
+    mutated_object: Option<&'a M>,
+    audit_annotations: Option<()>,
+    warnings: Option<&'a [String]>,
+}
+
+impl<M> Payload<'_, M> {
+    const ACCEPT: Self = Self {
+        accepted: true,
+        message: None,
+        code: None,
+        mutated_object: None,
+        audit_annotations: None,
+        warnings: None,
+    };
 }
 
 /// A decision and the warnings the user is shown with it (kubectl prints
@@ -299,7 +345,30 @@ impl Answer {
     }
 
     pub fn into_payload(self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&self.into_response())
+        let warnings = (!self.warnings.is_empty()).then_some(self.warnings.as_slice());
+        match &self.outcome {
+            Outcome::Accept => serde_json::to_vec(&Payload::<()> {
+                warnings,
+                ..Payload::ACCEPT
+            }),
+            Outcome::Mutate(object) => serde_json::to_vec(&Payload {
+                mutated_object: Some(object),
+                warnings,
+                ..Payload::ACCEPT
+            }),
+            Outcome::MutatePod(pod) => serde_json::to_vec(&Payload {
+                mutated_object: Some(pod.as_ref()),
+                warnings,
+                ..Payload::ACCEPT
+            }),
+            Outcome::Reject { message, code } => serde_json::to_vec(&Payload::<()> {
+                accepted: false,
+                message: Some(message),
+                code: Some(*code),
+                warnings,
+                ..Payload::ACCEPT
+            }),
+        }
     }
 }
 
@@ -427,6 +496,55 @@ mod tests {
             json!({"accepted": false, "message": "no", "code": 400, "mutated_object": null,
                    "audit_annotations": null, "warnings": null})
         );
+    }
+
+    /// Each outcome's payload is the SDK's response written out: the same
+    /// keys in the same order, the pod's fields in its own order.
+    #[test]
+    fn a_payload_is_the_sdks_response_written_out() {
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": "p", "labels": {"z": "1", "a": "2"}}, "spec": {"containers": []}}),
+        )
+        .unwrap();
+        let outcomes = || {
+            [
+                Outcome::Accept,
+                Outcome::Mutate(json!({"b": 1, "a": [2]})),
+                Outcome::MutatePod(Box::new(pod.clone())),
+                Outcome::bad_request("no"),
+            ]
+        };
+        for index in 0..outcomes().len() {
+            for warnings in [Vec::new(), vec!["w".to_owned()]] {
+                let answer = || Answer {
+                    outcome: outcomes().into_iter().nth(index).unwrap(),
+                    warnings: warnings.clone(),
+                };
+                let payload = answer().into_payload().unwrap();
+                let sdk = serde_json::to_vec(&answer().into_response()).unwrap();
+                let read: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+                assert_eq!(
+                    read,
+                    serde_json::from_slice::<serde_json::Value>(&sdk).unwrap()
+                );
+                let keys = |bytes: &[u8]| {
+                    let text = String::from_utf8(bytes.to_vec()).unwrap();
+                    let top: Vec<usize> = [
+                        "accepted",
+                        "message",
+                        "code",
+                        "mutated_object",
+                        "audit_annotations",
+                        "warnings",
+                    ]
+                    .iter()
+                    .map(|key| text.find(&format!("\"{key}\":")).unwrap())
+                    .collect();
+                    top.windows(2).all(|pair| pair[0] < pair[1])
+                };
+                assert!(keys(&payload) && keys(&sdk), "{:?}", answer().outcome);
+            }
+        }
     }
 }
 
