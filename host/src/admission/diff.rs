@@ -145,6 +145,12 @@ impl Against<'_, '_, '_> {
             self.walk.replace(value.clone());
         }
     }
+
+    /// A value of another type than the original's: read whole, it replaces.
+    fn replaced_by<'de, D: Deserializer<'de>>(self, rest: D) -> Result<(), D::Error> {
+        self.walk.replace(Value::deserialize(rest)?);
+        Ok(())
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for Against<'_, '_, 'de> {
@@ -204,9 +210,7 @@ impl<'de> Visitor<'de> for Against<'_, '_, 'de> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let Value::Array(left) = self.original else {
-            let value = Value::deserialize(SeqAccessDeserializer::new(seq))?;
-            self.walk.replace(value);
-            return Ok(());
+            return self.replaced_by(SeqAccessDeserializer::new(seq));
         };
         let mut index = 0;
         loop {
@@ -241,9 +245,7 @@ impl<'de> Visitor<'de> for Against<'_, '_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let Value::Object(left) = self.original else {
-            let value = Value::deserialize(MapAccessDeserializer::new(map))?;
-            self.walk.replace(value);
-            return Ok(());
+            return self.replaced_by(MapAccessDeserializer::new(map));
         };
         let first = self.walk.ops.len();
         let mut keys: Vec<(Cow<'de, str>, Range<usize>)> = Vec::new();

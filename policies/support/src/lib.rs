@@ -261,12 +261,7 @@ impl Outcome {
             Outcome::Mutate(object) => (true, None, None, Some(object)),
             Outcome::MutatePod(pod) => match serde_json::to_value(pod) {
                 Ok(object) => (true, None, None, Some(object)),
-                Err(e) => (
-                    false,
-                    Some(format!("cannot write the pod: {e}")),
-                    Some(BAD_REQUEST),
-                    None,
-                ),
+                Err(e) => (false, Some(unwritable_pod(&e)), Some(BAD_REQUEST), None),
             },
             Outcome::Reject { message, code } => (false, Some(message), Some(code), None),
         };
@@ -292,6 +287,12 @@ impl Outcome {
             Outcome::Accept | Outcome::Reject { .. } => None,
         }
     }
+}
+
+/// Why a mutated pod is refused rather than answered: both ways of writing
+/// the answer say it alike.
+fn unwritable_pod(error: &serde_json::Error) -> String {
+    format!("cannot write the pod: {error}")
 }
 
 /// Kubewarden's `ValidationResponse` as the guest writes it: the same keys
@@ -365,7 +366,7 @@ impl Answer {
                 // As `into_response` answers it: a refusal, not a failure.
                 written.or_else(|e| {
                     Answer {
-                        outcome: Outcome::bad_request(format!("cannot write the pod: {e}")),
+                        outcome: Outcome::bad_request(unwritable_pod(&e)),
                         warnings: self.warnings.clone(),
                     }
                     .into_payload()
