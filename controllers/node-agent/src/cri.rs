@@ -143,8 +143,9 @@ impl CriRuntime {
         Ok(runtime)
     }
 
-    /// Sends one request with a deadline: as `grpc-timeout` for the
-    /// runtime, and enforced here too in case the runtime hangs.
+    /// Sends one request with a deadline (at most
+    /// [`LONGEST_GRPC_TIMEOUT`]): as `grpc-timeout` for the runtime, and
+    /// enforced here too in case the runtime hangs.
     async fn call<Req, Resp, Fut>(
         &self,
         deadline: Duration,
@@ -154,6 +155,7 @@ impl CriRuntime {
     where
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
+        let deadline = deadline.min(LONGEST_GRPC_TIMEOUT);
         let mut request = Request::new(message);
         request.set_timeout(deadline);
         match tokio::time::timeout(deadline, send(request)).await {
@@ -410,6 +412,11 @@ fn timestamp(nanos: i64) -> Option<Timestamp> {
 
 /// `duration` in whole seconds, rounded up so a hook or a grace period is
 /// never cut short.
+/// The longest `grpc-timeout` there is (eight digits of hours; tonic
+/// panics past it): a pod's grace period, which a stop's deadline adds up
+/// from, has no bound of its own.
+const LONGEST_GRPC_TIMEOUT: Duration = Duration::from_hours(99_999_999);
+
 fn whole_seconds(duration: Duration) -> i64 {
     let seconds = duration
         .as_secs()

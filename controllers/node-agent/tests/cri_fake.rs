@@ -459,6 +459,11 @@ async fn stop_sends_the_grace_period_and_maps_not_found() {
         .stop_container("containerd://app1", Duration::from_secs(30))
         .await
         .unwrap();
+    // A grace period past any gRPC deadline: the deadline is capped.
+    runtime
+        .stop_container("containerd://app1", Duration::from_secs(400_000_000_000))
+        .await
+        .unwrap();
     let gone = runtime
         .stop_container("containerd://gone", Duration::from_millis(1500))
         .await;
@@ -478,7 +483,11 @@ async fn stop_sends_the_grace_period_and_maps_not_found() {
     let stops = &recorded.lock().unwrap().stops;
     assert_eq!(
         stops,
-        &vec![("app1".to_owned(), 30), ("gone".to_owned(), 2)]
+        &vec![
+            ("app1".to_owned(), 30),
+            ("app1".to_owned(), 400_000_000_000),
+            ("gone".to_owned(), 2)
+        ]
     );
 }
 
