@@ -109,6 +109,18 @@ injection:
     assert_eq!(injection.patch, None);
 }
 
+#[test]
+fn a_timeout_past_what_the_clock_counts_is_no_deadline() {
+    let path = policies_yml(
+        "policies-endless-timeout",
+        "forever:\n  module: LAUNCH_PRIORITY\n  allowedToMutate: true\n  timeoutEvalSeconds: 18446744073709551615\n",
+    );
+    let policies = load_policies(runtime(), &path, Some(DEFAULT_TIMEOUT)).unwrap();
+    let answer = block_on(policies["forever"].validate(&ordered_pod_create()));
+    assert!(answer.allowed);
+    assert!(answer.patch.is_some());
+}
+
 fn startup_error(test_name: &str, yaml: &str) -> String {
     load_policies(
         runtime(),

@@ -229,7 +229,11 @@ fn start_the_clock(store: &mut Store<StoreData>, limits: Limits) {
     let started = Instant::now();
     store.data_mut().clock = GuestClock {
         started,
-        deadline: limits.timeout.map(|timeout| started + timeout),
+        // A timeout past what the clock can count (timeoutEvalSeconds is
+        // any u64) is no deadline at all, not a panic.
+        deadline: limits
+            .timeout
+            .and_then(|timeout| started.checked_add(timeout)),
     };
     store.set_epoch_deadline(1);
 }
