@@ -265,8 +265,8 @@ impl Refresh {
 
 /// Keeps the cluster snapshot of `policy` fresh from a thread of its own,
 /// until the policy is dropped. Does nothing for a policy without one. A
-/// snapshot that cannot be taken is logged, and the policy goes on
-/// evaluating from the module it has.
+/// snapshot that cannot be taken is logged and tried again (no sooner than
+/// `min_interval`); meanwhile the policy evaluates from the module it has.
 pub fn keep_fresh(policy: &Arc<Policy>, timing: Timing) -> std::io::Result<()> {
     if !policy.takes_cluster_snapshots() {
         return Ok(());
@@ -278,30 +278,57 @@ pub fn keep_fresh(policy: &Arc<Policy>, timing: Timing) -> std::io::Result<()> {
         .map(drop)
 }
 
-fn refresh_loop(weak: &Weak<Policy>, timing: Timing) {
+/// What the refresh thread asks of a policy.
+trait Snapshotted {
+    fn id(&self) -> &str;
+    /// `None` once the policy takes no cluster snapshots.
+    fn observe(&self) -> Option<(Observation, bool)>;
+    fn take(&self) -> Result<(), String>;
+}
+
+impl Snapshotted for Policy {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn observe(&self) -> Option<(Observation, bool)> {
+        self.observe_cluster_snapshot()
+    }
+
+    fn take(&self) -> Result<(), String> {
+        self.take_cluster_snapshot()
+    }
+}
+
+fn refresh_loop<P: Snapshotted>(weak: &Weak<P>, timing: Timing) {
     let mut refresh = Refresh::default();
     loop {
         std::thread::sleep(timing.check_every);
         let Some(policy) = weak.upgrade() else {
             return;
         };
-        let Some((observation, ready)) = policy.observe_cluster_snapshot() else {
+        let Some((observation, ready)) = policy.observe() else {
             return;
         };
         let now = Instant::now();
         if !refresh.take_now(observation, ready, now, &timing) {
             continue;
         }
+        // A failed take counts as taken, so the next try waits for
+        // `min_interval` too.
         refresh.taken(now);
-        match policy.take_cluster_snapshot() {
+        match policy.take() {
             Ok(()) => tracing::info!(
-                policy = policy.id,
+                policy = policy.id(),
                 "evaluations start from a new cluster snapshot"
             ),
-            Err(error) => {
-                tracing::warn!(policy = policy.id, %error, "no cluster snapshot: evaluations start from the module as loaded");
-                return;
-            }
+            Err(error) => tracing::warn!(
+                policy = policy.id(),
+                %error,
+                retry_after = ?timing.min_interval,
+                "cannot take a cluster snapshot: evaluations go on from the module they \
+                 started from (a stale snapshot costs a read per request, not a wrong answer)"
+            ),
         }
     }
 }
@@ -309,7 +336,7 @@ fn refresh_loop(weak: &Weak<Policy>, timing: Timing) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{HeldReads, Observation, Recorder, Refresh, Timing};
+    use super::{HeldReads, Observation, Recorder, Refresh, Snapshotted, Timing, refresh_loop};
     use crate::runtime::HostCalls;
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
@@ -381,6 +408,61 @@ mod tests {
             refused,
             "read_cluster made the host call kubewarden/kubernetes/can_i, which a snapshot cannot hold"
         );
+    }
+
+    /// A policy whose first snapshot cannot be taken (its reads failed,
+    /// say) and whose second can.
+    #[derive(Default)]
+    struct FailsOnce {
+        takes: Mutex<u32>,
+    }
+
+    impl Snapshotted for FailsOnce {
+        fn id(&self) -> &'static str {
+            "fails-once"
+        }
+
+        fn observe(&self) -> Option<(Observation, bool)> {
+            let taken = *self.takes.lock().unwrap() >= 2;
+            Some((
+                if taken {
+                    Observation::Fresh
+                } else {
+                    Observation::NotTaken
+                },
+                true,
+            ))
+        }
+
+        fn take(&self) -> Result<(), String> {
+            let mut takes = self.takes.lock().unwrap();
+            *takes += 1;
+            if *takes == 1 {
+                Err("the API server is away".to_owned())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn a_snapshot_that_could_not_be_taken_is_tried_again() {
+        let policy = Arc::new(FailsOnce::default());
+        let weak = Arc::downgrade(&policy);
+        let timing = Timing {
+            check_every: Duration::from_millis(1),
+            settle: Duration::ZERO,
+            min_interval: Duration::from_millis(20),
+        };
+        let thread = std::thread::spawn(move || refresh_loop(&weak, timing));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while *policy.takes.lock().unwrap() < 2 {
+            assert!(Instant::now() < deadline, "not tried again");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Fresh now: no third take; the loop ends with the policy.
+        drop(policy);
+        thread.join().unwrap();
     }
 
     fn at(start: Instant, seconds: u64) -> Instant {
