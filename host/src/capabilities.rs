@@ -135,7 +135,9 @@ impl HostCalls for PolicyHost {
                 };
                 read_cluster(cluster.as_ref(), operation, payload)
             }
-            "kubernetes" | "oci" | "net" | "crypto" => {
+            "kubernetes" | "tracing" => Err(format!("unknown operation: {operation}")),
+            // policy-server's other namespaces: this host serves none of them.
+            "oci" | "net" | "crypto" => {
                 Err(format!("cannot serve {path}: not available on this host"))
             }
             _ => Err(format!("unknown namespace: {namespace}")),
@@ -280,7 +282,17 @@ mod tests {
                 .unwrap_err(),
             "Policy has not been granted access to the 'kubernetes/list_resources_all' host capability. The violation has been reported."
         );
-        let unknown = host(&["*"], &[]).host_call("kubewarden", "nope", "x", b"");
+        let everything = host(&["*"], &[]);
+        let unknown = everything.host_call("kubewarden", "nope", "x", b"");
         assert_eq!(unknown.unwrap_err(), "unknown namespace: nope");
+        for namespace in ["kubernetes", "tracing"] {
+            let unknown = everything.host_call("kubewarden", namespace, "nonsense", b"");
+            assert_eq!(unknown.unwrap_err(), "unknown operation: nonsense");
+        }
+        let unserved = everything.host_call("kubewarden", "oci", "v1/manifest_digest", b"");
+        assert_eq!(
+            unserved.unwrap_err(),
+            "cannot serve oci/v1/manifest_digest: not available on this host"
+        );
     }
 }
