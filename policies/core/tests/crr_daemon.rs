@@ -387,8 +387,10 @@ fn force_recreate_kills_a_container_that_restarted_on_its_own() {
     assert_eq!(kill.container_id, "containerd://app-2");
 }
 
+/// OpenKruise v1.9's daemon stops its walk at a container the runtime
+/// does not list, ordered or not: the containers after it wait too.
 #[test]
-fn a_container_missing_on_the_node_waits_without_a_kill() {
+fn a_container_missing_on_the_node_holds_the_walk() {
     let r = request(json!({}), recreating(json!([])));
     let runtime = [running("side", 0, -50)];
     let Step::WriteStates(states) = plan_at(&r, &runtime, 2) else {
@@ -399,14 +401,35 @@ fn a_container_missing_on_the_node_waits_without_a_kill() {
         states[0].message.as_deref(),
         Some("not found container on Node")
     );
+    for ordered in [false, true] {
+        let r = request(
+            json!({"orderedRecreate": ordered}),
+            json!({"phase": "Recreating", "containerRecreateStates": states_json(&states)}),
+        );
+        assert_eq!(
+            plan_at(&r, &runtime, 3),
+            Step::Wait(RECHECK),
+            "ordered: {ordered}"
+        );
+    }
+    // Once app is on the node, its state is written again, then it is
+    // killed first.
     let r = request(
-        json!({"orderedRecreate": false}),
+        json!({}),
         json!({"phase": "Recreating", "containerRecreateStates": states_json(&states)}),
     );
-    let Step::Kill { kill, .. } = plan_at(&r, &runtime, 3) else {
-        panic!("side is killed, app waits");
+    let runtime = [running("app", 0, -50), running("side", 0, -50)];
+    let Step::WriteStates(states) = plan_at(&r, &runtime, 4) else {
+        panic!("expected states");
     };
-    assert_eq!(kill.name, "side");
+    let r = request(
+        json!({}),
+        json!({"phase": "Recreating", "containerRecreateStates": states_json(&states)}),
+    );
+    let Step::Kill { kill, .. } = plan_at(&r, &runtime, 5) else {
+        panic!("expected a kill");
+    };
+    assert_eq!(kill.name, "app");
 }
 
 #[test]

@@ -345,7 +345,7 @@ fn latest_instances(runtime: &[RuntimeContainer]) -> BTreeMap<&str, &RuntimeCont
 
 /// Walks the states in order: finished ones count, a recreating one is
 /// marked killed (and, ordered, holds the rest back), the first pending
-/// one that runs is killed. Completes the request when every container
+/// one is killed if it runs (if the node has none, the rest wait). Completes the request when every container
 /// finished, or at once on a failure under `failurePolicy: Fail`.
 fn walk(observed: &Observed, mut states: Vec<ContainerState>) -> Step {
     let request = observed.request;
@@ -372,9 +372,11 @@ fn walk(observed: &Observed, mut states: Vec<ContainerState>) -> Step {
                 }
             }
             Phase::Pending | Phase::Completed => {
-                // Not on the node (yet): nothing to kill, look again later.
+                // Not on the node (yet): nothing to kill, and, as in
+                // OpenKruise's daemon, nothing after it either; look again
+                // later.
                 let Some(instance) = latest.get(state.name.as_str()) else {
-                    continue;
+                    break;
                 };
                 state.is_killed = true;
                 state.phase = Phase::Recreating;
