@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_api::ContainerRecreateRequest;
 use kruise_api::containerrecreaterequest::{
     ACTIVE_LABEL, ContainerRecreateRequestPhase as Phase, NODE_NAME_LABEL, POD_UID_LABEL,
+    UNREADY_ACQUIRED_KEY,
 };
 use kruise_core::cloneset::container_status;
 use kruise_core::crr::daemon::STOPPING_ANNOTATION;
@@ -23,7 +24,7 @@ use kruise_devcluster::wait::{eventually, wait_for, wait_gone};
 use kruise_manager::agents::NodeAgents;
 use kruise_manager::dev::{DevEnvironment, DevOptions};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::{completed, examples, kubectl, kubectl_output};
 
@@ -65,6 +66,37 @@ fn is_ready(pod: &Pod) -> bool {
         .iter()
         .flat_map(|s| s.conditions.iter().flatten())
         .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The pod held not-ready by `request` (its `KruisePodReady` condition
+/// names it, and it holds the finalizer that releases the pod) while its
+/// containers still run `first_instances`.
+fn held_before_any_stop(
+    pod: &Pod,
+    request: &ContainerRecreateRequest,
+    first_instances: &BTreeMap<String, (String, i32)>,
+) -> bool {
+    let key = format!(
+        "\"{}/{}\"",
+        request.namespace().unwrap_or_default(),
+        request.name_any()
+    );
+    let held = pod
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| {
+            c.type_ == "KruisePodReady"
+                && c.status == "False"
+                && c.message.as_deref().is_some_and(|m| m.contains(&key))
+        });
+    let finalized = request
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == UNREADY_ACQUIRED_KEY);
+    held && finalized && ids_and_restarts(pod) == *first_instances && !is_ready(pod)
 }
 
 fn request(
@@ -148,10 +180,15 @@ async fn the_users_example_recreates_both_containers(env: &DevEnvironment) {
         "preStop copied"
     );
 
-    // The pod is held not-ready for the grace period before any stop.
-    eventually("the pod is held not-ready", || async {
+    // The pod is held not-ready for the grace period before any stop: its
+    // KruisePodReady condition names the request, which holds the
+    // finalizer that will release it, and both containers still run the
+    // instances they ran (a stopped container alone turns Ready False).
+    let first_instances = ids_and_restarts(&before);
+    eventually("the pod is held not-ready before any stop", || async {
         let pod = pods.get("pod-name").await.ok()?;
-        (!is_ready(&pod)).then_some(())
+        let request = requests.get("crr-demo").await.ok()?;
+        held_before_any_stop(&pod, &request, &first_instances).then_some(())
     })
     .await;
     let table = kubectl(env.kubeconfig(), &["get", "crr", "crr-demo"]);
