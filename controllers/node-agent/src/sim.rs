@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kruise_controller_runtime::api_error::is_conflict;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -97,38 +98,20 @@ impl SimRuntime {
             .find(|pod| statuses(pod).any(|s| s.container_id.as_deref() == Some(container_id)))
             .ok_or_else(|| RuntimeError::NotFound(format!("container {container_id}")))
     }
-}
 
-impl ContainerRuntime for SimRuntime {
-    async fn pod_containers(&self, pod: &Pod) -> Result<Vec<RuntimeContainer>, RuntimeError> {
-        Ok(statuses(pod).filter_map(instance).collect())
-    }
-
-    async fn exec(
-        &self,
-        container_id: &str,
-        _command: &[String],
-        _timeout: Duration,
-    ) -> Result<ExecOutput, RuntimeError> {
-        self.pod_running(container_id).await?;
-        Ok(ExecOutput::default())
-    }
-
-    async fn stop_container(
-        &self,
-        container_id: &str,
-        _grace: Duration,
-    ) -> Result<(), RuntimeError> {
+    /// One try at stopping a container: its pod read, its status written
+    /// on the version read.
+    async fn stop_once(&self, container_id: &str) -> Result<Stop, RuntimeError> {
         let pod = self.pod_running(container_id).await?;
         let mut all: Vec<ContainerStatus> = statuses(&pod).cloned().collect();
         let Some(status) = all
             .iter_mut()
             .find(|s| s.container_id.as_deref() == Some(container_id))
         else {
-            return Ok(());
+            return Ok(Stop::Done);
         };
         let Some(running) = status.state.as_ref().and_then(|s| s.running.clone()) else {
-            return Ok(()); // already stopped
+            return Ok(Stop::Done); // already stopped
         };
         // SIGTERM honoured: exit code 143, as a process ended by it.
         status.state = Some(PodContainerState {
@@ -150,15 +133,66 @@ impl ContainerRuntime for SimRuntime {
             "metadata": {"resourceVersion": pod.metadata.resource_version},
             "status": {"containerStatuses": all},
         });
-        Api::<Pod>::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default())
+        match Api::<Pod>::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default())
             .patch_status(
                 &pod.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(patch),
             )
             .await
-            .map(drop)
-            .map_err(|e| RuntimeError::Failed(format!("cannot stop {container_id}: {e}")))
+        {
+            Ok(_) => Ok(Stop::Done),
+            Err(e) if is_conflict(&e) => Ok(Stop::Conflict),
+            Err(e) => Err(RuntimeError::Failed(format!(
+                "cannot stop {container_id}: {e}"
+            ))),
+        }
+    }
+}
+
+/// What one try at a stop came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    Done,
+    /// The pod changed since it was read: try again.
+    Conflict,
+}
+
+/// Tries at a stop before it fails (each conflict is another client's
+/// write in between).
+const STOP_ATTEMPTS: u32 = 5;
+
+impl ContainerRuntime for SimRuntime {
+    async fn pod_containers(&self, pod: &Pod) -> Result<Vec<RuntimeContainer>, RuntimeError> {
+        Ok(statuses(pod).filter_map(instance).collect())
+    }
+
+    async fn exec(
+        &self,
+        container_id: &str,
+        _command: &[String],
+        _timeout: Duration,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.pod_running(container_id).await?;
+        Ok(ExecOutput::default())
+    }
+
+    async fn stop_container(
+        &self,
+        container_id: &str,
+        _grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        // The simulated kubelet and the manager write the same pod status:
+        // a stop that meets their write is read again and sent again, as a
+        // real runtime's stop does not depend on the pod's version.
+        for _ in 0..STOP_ATTEMPTS {
+            if self.stop_once(container_id).await? == Stop::Done {
+                return Ok(());
+            }
+        }
+        Err(RuntimeError::Failed(format!(
+            "cannot stop {container_id}: its pod kept changing ({STOP_ATTEMPTS} conflicts)"
+        )))
     }
 
     async fn image_id(&self, reference: &str) -> Result<Option<String>, RuntimeError> {
@@ -220,4 +254,61 @@ fn instance(status: &ContainerStatus) -> Option<RuntimeContainer> {
         restart_count: status.restart_count,
         started_at,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kruise_controller_runtime::testing::FakeApi;
+
+    use super::*;
+
+    fn pod_running_app() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "busybox"}]},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "app", "image": "busybox", "imageID": "", "ready": true,
+                "restartCount": 0, "containerID": "sim://app-1",
+                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            }]},
+        })
+    }
+
+    fn app_state(api: &FakeApi) -> serde_json::Value {
+        let pod = api.get("/api/v1/namespaces/default/pods/web").unwrap();
+        pod["status"]["containerStatuses"][0]["state"].clone()
+    }
+
+    #[tokio::test]
+    async fn a_stop_that_meets_another_write_is_sent_again() {
+        let api = FakeApi::default();
+        api.insert("pods", pod_running_app());
+        api.conflict_once("PATCH", "pods");
+        let runtime = SimRuntime::new(api.client(), "node-1");
+
+        runtime
+            .stop_container("sim://app-1", Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(app_state(&api)["terminated"]["exitCode"], 143);
+    }
+
+    #[tokio::test]
+    async fn a_stop_that_keeps_meeting_writes_fails_saying_so() {
+        let api = FakeApi::default();
+        api.insert("pods", pod_running_app());
+        for _ in 0..STOP_ATTEMPTS {
+            api.conflict_once("PATCH", "pods");
+        }
+        let runtime = SimRuntime::new(api.client(), "node-1");
+
+        let failed = runtime.stop_container("sim://app-1", Duration::ZERO).await;
+        assert!(
+            matches!(&failed, Err(RuntimeError::Failed(m)) if m.contains("kept changing")),
+            "{failed:?}"
+        );
+        assert!(app_state(&api)["running"].is_object());
+    }
 }

@@ -128,6 +128,7 @@ struct State {
     seen: Vec<Seen>,
     /// (method, plural) pairs answered 403, as a quota or RBAC refuses.
     refused: Vec<(String, String)>,
+    conflicts: Vec<(String, String)>,
 }
 
 /// Where an object lives: `/api/v1` or `/apis/<group>/<version>`, its
@@ -259,6 +260,14 @@ impl FakeApi {
             .push((method.to_owned(), plural.to_owned()));
     }
 
+    /// Answers the next `method` on `plural` (or `plural/status`) with 409
+    /// Conflict, as when another client wrote the object since it was read.
+    pub fn conflict_once(&self, method: &str, plural: &str) {
+        self.lock()
+            .conflicts
+            .push((method.to_owned(), plural.to_owned()));
+    }
+
     /// Answers `method` on `plural` again (see [`FakeApi::refuse`]).
     pub fn accept(&self, method: &str, plural: &str) {
         self.lock()
@@ -328,6 +337,11 @@ impl FakeApi {
         if state.refused.iter().any(refused) {
             let message = format!("{method} {}: exceeded quota", target.plural);
             return failure(403, "Forbidden", &message);
+        }
+        if let Some(index) = state.conflicts.iter().position(refused) {
+            state.conflicts.remove(index);
+            let message = "the object has been modified; please apply your changes to the latest version and try again";
+            return failure(409, "Conflict", message);
         }
         match (method, target.name.as_deref()) {
             ("GET", None) => state.list(&target, query),
@@ -602,6 +616,8 @@ fn matches_fields(object: &Value, selector: &str) -> bool {
             Some(("metadata.namespace", namespace)) => {
                 object["metadata"]["namespace"].as_str() == Some(namespace)
             }
+            // The API server's field for a pod's node.
+            Some(("spec.nodeName", node)) => object["spec"]["nodeName"].as_str() == Some(node),
             _ => false,
         })
 }
