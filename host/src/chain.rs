@@ -3,6 +3,8 @@
 //! priority): each sees the object as the previous one left it, and the
 //! result is one patch from the original object.
 
+use std::collections::BTreeMap;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
@@ -26,7 +28,7 @@ pub async fn run_chain(policies: &[&Policy], request: &AdmissionRequest) -> Chai
     let original = request.object.clone();
     let mut current = request.clone();
     let mut warnings: Vec<String> = Vec::new();
-    let mut audit_annotations = std::collections::BTreeMap::new();
+    let mut audit_annotations = BTreeMap::new();
     for policy in policies {
         let response = policy.validate(&current).await;
         warnings.extend(response.warnings.iter().flatten().cloned());
@@ -35,6 +37,7 @@ pub async fn run_chain(policies: &[&Policy], request: &AdmissionRequest) -> Chai
             return ChainOutcome {
                 response: AdmissionResponse {
                     warnings: non_empty(warnings),
+                    audit_annotations: non_empty_map(audit_annotations),
                     ..response
                 },
                 object: current.object,
@@ -65,7 +68,7 @@ pub async fn run_chain(policies: &[&Policy], request: &AdmissionRequest) -> Chai
             patch_type: patch.as_ref().map(|_| PatchType::JsonPatch),
             patch,
             status: None,
-            audit_annotations: (!audit_annotations.is_empty()).then_some(audit_annotations),
+            audit_annotations: non_empty_map(audit_annotations),
             warnings: non_empty(warnings),
         },
         object: current.object,
@@ -75,6 +78,10 @@ pub async fn run_chain(policies: &[&Policy], request: &AdmissionRequest) -> Chai
 
 fn non_empty(warnings: Vec<String>) -> Option<Vec<String>> {
     (!warnings.is_empty()).then_some(warnings)
+}
+
+fn non_empty_map(annotations: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!annotations.is_empty()).then_some(annotations)
 }
 
 /// Applies an AdmissionResponse's patch (base64 of a JSON Patch array).

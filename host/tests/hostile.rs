@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use common::{RecordingHost, pod_create, runtime, validation_request};
 use kruise_policy_modules::LAUNCH_PRIORITY;
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, TIMEOUT_MESSAGE};
+use kruise_wasm_host::chain::run_chain;
 use kruise_wasm_host::policy::Policy;
 use kruise_wasm_host::runtime::{
     CallError, DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on,
@@ -451,6 +452,55 @@ fn policy(wat: &str, timeout_ms: u64) -> Policy {
         limits(timeout_ms, 16),
         Arc::new(NoHostCalls),
     )
+}
+
+/// A guest that answers every call with `answer` (JSON, no `"` inside
+/// strings needing more than WAT's `\"`).
+fn answering(answer: &Value) -> String {
+    let text = answer.to_string();
+    let body = format!(
+        "(call $response (i32.const 4096) (i32.const {})) (i32.const 1)",
+        text.len()
+    );
+    let escaped = text.replace('"', "\\\"");
+    guest_call(GUEST_RESPONSE, &body).replace(
+        "(func (export",
+        &format!("(data (i32.const 4096) \"{escaped}\") (func (export"),
+    )
+}
+
+/// A chain that ends in a refusal keeps what every policy run said: the
+/// warnings and the audit annotations (chain.rs's promise).
+#[test]
+fn a_refused_chain_keeps_every_policys_audit_annotations() {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}});
+    let request = AdmissionRequest::from_document(pod_create(&pod)).unwrap();
+    let first = policy(
+        &answering(
+            &json!({"accepted": true, "audit_annotations": {"first": "1"},
+                           "warnings": ["from the first"]}),
+        ),
+        2000,
+    );
+    let second = policy(
+        &answering(&json!({"accepted": false, "message": "no", "code": 403,
+                           "audit_annotations": {"second": "2"}})),
+        2000,
+    );
+    let outcome = block_on(run_chain(&[&first, &second], &request));
+    assert!(!outcome.response.allowed);
+    let annotations = outcome.response.audit_annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.into_iter().collect::<Vec<_>>(),
+        [
+            ("first".to_owned(), "1".to_owned()),
+            ("second".to_owned(), "2".to_owned())
+        ]
+    );
+    assert_eq!(
+        outcome.response.warnings,
+        Some(vec!["from the first".to_owned()])
+    );
 }
 
 #[test]
