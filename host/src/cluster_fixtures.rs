@@ -191,6 +191,14 @@ struct ListMetadata {
     resource_version: &'static str,
 }
 
+/// The refusal of a cluster-scoped kind listed in a namespace.
+pub fn not_namespaced(request: &ListRequest, namespace: &str) -> String {
+    format!(
+        "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
+        request.api_version, request.kind
+    )
+}
+
 /// [`ClusterReads::list`] over a set of objects.
 pub fn list_of(objects: &[Arc<StoredObject>], request: &ListRequest) -> Result<Vec<u8>, String> {
     if request
@@ -204,10 +212,7 @@ pub fn list_of(objects: &[Arc<StoredObject>], request: &ListRequest) -> Result<V
     if let Some(namespace) = &request.namespace
         && of_kind(objects, &request.api_version, &request.kind).any(|o| o.namespace.is_none())
     {
-        return Err(format!(
-            "{}/{} is cluster-scoped: it cannot be listed in namespace {namespace}",
-            request.api_version, request.kind
-        ));
+        return Err(not_namespaced(request, namespace));
     }
     let items = of_kind(objects, &request.api_version, &request.kind)
         .filter(|o| {

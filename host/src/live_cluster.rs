@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::Scope;
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::{DefaultBackoff, ExponentialBackoff};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -29,7 +30,7 @@ use tokio::sync::watch;
 
 use crate::capabilities::ContextAwareResource;
 use crate::cluster_fixtures::{
-    ClusterReads, GetRequest, ListRequest, StoredObject, get_of, list_of,
+    ClusterReads, GetRequest, ListRequest, StoredObject, get_of, list_of, not_namespaced,
 };
 
 /// A kind's objects as its watch publishes them. The watch task holds the
@@ -46,6 +47,9 @@ struct KindCache {
 struct WatchedKind {
     api_version: String,
     kind: String,
+    /// As the API server's discovery says: such a kind is never listed
+    /// by namespace, whether or not any object of it exists.
+    cluster_scoped: bool,
     cache: watch::Receiver<KindCache>,
 }
 
@@ -112,10 +116,12 @@ impl LiveCluster {
                     .iter()
                     .any(|w| w.api_version == kind.api_version && w.kind == kind.kind);
                 if !seen {
+                    let (cache, cluster_scoped) = watch_kind(client.clone(), kind).await?;
                     watched.push(WatchedKind {
                         api_version: kind.api_version.clone(),
                         kind: kind.kind.clone(),
-                        cache: watch_kind(client.clone(), kind).await?,
+                        cluster_scoped,
+                        cache,
                     });
                 }
             }
@@ -150,12 +156,16 @@ impl LiveCluster {
         Ok(())
     }
 
-    fn cache(&self, api_version: &str, kind: &str) -> Result<&watch::Receiver<KindCache>, String> {
+    fn watched(&self, api_version: &str, kind: &str) -> Result<&WatchedKind, String> {
         self.kinds
             .iter()
             .find(|watched| watched.api_version == api_version && watched.kind == kind)
-            .map(|watched| &watched.cache)
             .ok_or_else(|| format!("{api_version} {kind} is not watched by this host"))
+    }
+
+    fn cache(&self, api_version: &str, kind: &str) -> Result<&watch::Receiver<KindCache>, String> {
+        self.watched(api_version, kind)
+            .map(|watched| &watched.cache)
     }
 
     fn snapshot(
@@ -207,6 +217,10 @@ impl ClusterReads for LiveCluster {
     }
 
     fn list(&self, request: &ListRequest) -> Result<Vec<u8>, String> {
+        let watched = self.watched(&request.api_version, &request.kind)?;
+        if let (true, Some(namespace)) = (watched.cluster_scoped, &request.namespace) {
+            return Err(not_namespaced(request, namespace));
+        }
         list_of(
             &self.snapshot(&request.api_version, &request.kind)?,
             request,
@@ -347,17 +361,18 @@ impl Backoff for RetryBackoff {
     }
 }
 
-/// Starts the watch of one kind; its cache fills in the background.
+/// Starts the watch of one kind; its cache fills in the background. Also
+/// says whether the kind is cluster-scoped.
 async fn watch_kind(
     client: Client,
     kind: &ContextAwareResource,
-) -> Result<watch::Receiver<KindCache>, String> {
+) -> Result<(watch::Receiver<KindCache>, bool), String> {
     let (group, version) = kind
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", kind.api_version.as_str()));
     let gvk = GroupVersionKind::gvk(group, version, &kind.kind);
-    let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+    let (resource, capabilities) = kube::discovery::pinned_kind(&client, &gvk)
         .await
         .map_err(|e| format!("cannot watch {} {}: {e}", kind.api_version, kind.kind))?;
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
@@ -407,7 +422,7 @@ async fn watch_kind(
             filled.store(true, Ordering::Relaxed);
         }
     });
-    Ok(filled)
+    Ok((filled, capabilities.scope == Scope::Cluster))
 }
 
 /// The texts written at the last event, by namespace and name, with the

@@ -70,6 +70,43 @@ fn eventually(what: &str, check: impl Fn() -> bool) {
     }
 }
 
+/// The caches follow creations and deletions; a cluster-scoped kind is not
+/// listed by namespace, even with no object of it left to show its scope.
+fn served_as_the_cluster_changes(
+    runtime: &tokio::runtime::Runtime,
+    sets: &Api<SidecarSet>,
+    live: &LiveCluster,
+) {
+    runtime
+        .block_on(sets.create(&PostParams::default(), &sidecar_set("second")))
+        .unwrap();
+    eventually("the new SidecarSet is served", || {
+        list_sidecar_sets(live) == ["first", "second"]
+    });
+    runtime
+        .block_on(sets.delete("first", &DeleteParams::default()))
+        .unwrap();
+    eventually("the deleted SidecarSet is gone", || {
+        list_sidecar_sets(live) == ["second"]
+    });
+    runtime
+        .block_on(sets.delete("second", &DeleteParams::default()))
+        .unwrap();
+    eventually("no SidecarSet is left", || {
+        list_sidecar_sets(live).is_empty()
+    });
+    let in_namespace = live
+        .list(&ListRequest {
+            namespace: Some("default".to_owned()),
+            ..sidecar_sets()
+        })
+        .unwrap_err();
+    assert_eq!(
+        in_namespace,
+        "apps.kruise.io/v1alpha1/SidecarSet is cluster-scoped: it cannot be listed in namespace default"
+    );
+}
+
 #[test]
 fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -142,18 +179,7 @@ fn kubernetes_reads_come_from_watch_caches_of_the_cluster() {
     let namespace: Value = serde_json::from_slice(&namespace).unwrap();
     assert_eq!(namespace["metadata"]["name"], "default");
 
-    runtime
-        .block_on(sets.create(&PostParams::default(), &sidecar_set("second")))
-        .unwrap();
-    eventually("the new SidecarSet is served", || {
-        list_sidecar_sets(&live) == ["first", "second"]
-    });
-    runtime
-        .block_on(sets.delete("first", &DeleteParams::default()))
-        .unwrap();
-    eventually("the deleted SidecarSet is gone", || {
-        list_sidecar_sets(&live) == ["second"]
-    });
+    served_as_the_cluster_changes(&runtime, &sets, &live);
 
     let unwatched = live.get(&GetRequest {
         api_version: "v1".to_owned(),
