@@ -19,7 +19,7 @@ use crate::cluster_fixtures::ClusterReads;
 use crate::cluster_snapshot::{ClusterSnapshot, Observation};
 use crate::metadata::Metadata;
 use crate::policies_file::{self, PolicyEntry};
-use crate::runtime::{CompiledModule, HostCalls, Limits, LoadError, Runtime, block_on};
+use crate::runtime::{CompiledModule, Digest, HostCalls, Limits, LoadError, Runtime, block_on};
 
 pub struct Policy {
     pub id: String,
@@ -88,6 +88,12 @@ impl Policy {
     /// The module evaluations start from now.
     fn module(&self) -> Arc<CompiledModule> {
         Arc::clone(&self.module.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The digest of that module: the loaded module's, or that of the
+    /// snapshot which replaced it (a snapshot is a module of its own).
+    pub fn module_digest(&self) -> Digest {
+        *self.module().digest()
     }
 
     /// Evaluations start from a snapshot taken after the module (`wasm`,

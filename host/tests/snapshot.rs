@@ -319,6 +319,7 @@ fn a_cluster_snapshot_is_fresh_until_its_reads_answer_otherwise() {
         Some((Observation::NotTaken, true))
     );
     assert_eq!(injected_image(&policy), "sidecar:1", "from the module");
+    let loaded = policy.module_digest();
 
     // The server's thread takes the first one as soon as it can; this one
     // never takes another within the test.
@@ -335,6 +336,8 @@ fn a_cluster_snapshot_is_fresh_until_its_reads_answer_otherwise() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(injected_image(&policy), "sidecar:1", "from the snapshot");
+    let first = policy.module_digest();
+    assert_ne!(first, loaded, "evaluations start from the snapshot");
 
     *cluster.0.lock().unwrap() = Replaceable::with_sidecar_image("sidecar:2");
     assert!(matches!(
@@ -357,6 +360,7 @@ fn a_cluster_snapshot_is_fresh_until_its_reads_answer_otherwise() {
         "sidecar:2",
         "from the new snapshot"
     );
+    assert_ne!(policy.module_digest(), first, "a new snapshot is in use");
 }
 
 /// A policy that reads no cluster takes no cluster snapshot.
