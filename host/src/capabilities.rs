@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::runtime::RuntimeFlavor;
 
 use crate::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
 use crate::runtime::HostCalls;
@@ -117,7 +118,8 @@ impl HostCalls for PolicyHost {
                 };
                 let request: Value = serde_json::from_slice(payload)
                     .map_err(|e| format!("cannot read the can_i request: {e}"))?;
-                serde_json::to_vec(&cluster.can_i(&request)?).map_err(|e| e.to_string())
+                let answer = off_the_server_thread(|| cluster.can_i(&request))?;
+                serde_json::to_vec(&answer).map_err(|e| e.to_string())
             }
             "kubernetes" if KUBERNETES_READS.contains(&operation) => {
                 let asked: ResourceRequest = serde_json::from_slice(payload)
@@ -146,6 +148,20 @@ impl HostCalls for PolicyHost {
 
     fn console_log(&self, message: &str) {
         eprintln!("policy {}: {message}", self.policy_id);
+    }
+}
+
+/// Runs a host call that waits on the API server (`can_i` creates a
+/// SubjectAccessReview, up to seconds with a slow authorizer). The guest
+/// runs on a server thread, with other requests' tasks queued behind it:
+/// on a multi-thread runtime they move to another thread while this one
+/// waits. Elsewhere (the CLI, a current-thread runtime) the call just runs.
+fn off_the_server_thread<T>(call: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(call)
+        }
+        _ => call(),
     }
 }
 

@@ -5,13 +5,15 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{RecordingHost, pod_create, runtime, validation_request};
 use kruise_policy_modules::LAUNCH_PRIORITY;
 use kruise_wasm_host::admission::{AdmissionRequest, Enforcement, Settings, TIMEOUT_MESSAGE};
+use kruise_wasm_host::capabilities::{Grants, PolicyHost};
 use kruise_wasm_host::chain::run_chain;
+use kruise_wasm_host::cluster_fixtures::{ClusterReads, GetRequest, ListRequest};
 use kruise_wasm_host::policy::Policy;
 use kruise_wasm_host::runtime::{
     CallError, DEFAULT_TIMEOUT, Limits, LoadError, NoHostCalls, block_on,
@@ -323,6 +325,76 @@ const HOST_CALLER: &str = r#"(module
           (call $host_error (i32.const 1002))))
       (call $response (i32.const 1000) (i32.add (i32.const 2) (local.get $len)))
       (i32.const 1)))"#;
+
+/// A cluster whose `can_i` answers only once the test signals it (or
+/// fails after 10 s), and says when it has started waiting.
+#[derive(Debug)]
+struct SlowAuthorizer {
+    waiting: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    signalled: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl ClusterReads for SlowAuthorizer {
+    fn list(&self, _: &ListRequest) -> Result<Vec<u8>, String> {
+        Err("not served".to_owned())
+    }
+
+    fn get(&self, _: &GetRequest) -> Result<Vec<u8>, String> {
+        Err("not served".to_owned())
+    }
+
+    fn can_i(&self, _: &Value) -> Result<Value, String> {
+        if let Some(waiting) = self.waiting.lock().unwrap().take() {
+            let _ = waiting.send(());
+        }
+        let signalled = self.signalled.lock().unwrap();
+        signalled
+            .recv_timeout(Duration::from_secs(10))
+            .map(|()| json!({"allowed": true}))
+            .map_err(|_| "nothing else ran while can_i waited".to_owned())
+    }
+}
+
+/// A guest waiting on a slow `kubernetes/can_i` does not hold the server
+/// thread it runs on: with one worker, another task still runs meanwhile.
+#[test]
+fn a_host_call_that_waits_lets_the_servers_thread_serve_others() {
+    let caller = HOST_CALLER.replace("get_resource\")", "can_i\")").replace(
+        "(i32.const 20) (i32.const 12)",
+        "(i32.const 20) (i32.const 5)",
+    );
+    let module = runtime().load(&wasm(&caller)).unwrap();
+    let (waiting, started) = tokio::sync::oneshot::channel();
+    let (signal, signalled) = std::sync::mpsc::channel();
+    let host = Arc::new(PolicyHost {
+        policy_id: "slow".to_owned(),
+        grants: Grants {
+            host_capabilities: vec!["kubernetes/can_i".to_owned()],
+            context_aware_resources: Vec::new(),
+        },
+        cluster: Some(Arc::new(SlowAuthorizer {
+            waiting: Mutex::new(Some(waiting)),
+            signalled: Mutex::new(signalled),
+        })),
+    });
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let answer = server.block_on(async move {
+        let call = tokio::spawn(async move {
+            module
+                .call("validate", b"{}", limits(30_000, 16), host)
+                .await
+        });
+        started.await.unwrap();
+        // Another request's task, queued on the one worker.
+        tokio::spawn(async move { signal.send(()) });
+        call.await.unwrap()
+    });
+    assert_eq!(answer.unwrap(), b"R:{\"allowed\":true}");
+}
 
 #[test]
 fn host_calls_carry_binding_namespace_operation_and_payload() {
