@@ -221,10 +221,8 @@ impl ClusterReads for LiveCluster {
         if let (true, Some(namespace)) = (watched.cluster_scoped, &request.namespace) {
             return Err(not_namespaced(request, namespace));
         }
-        list_of(
-            &self.snapshot(&request.api_version, &request.kind)?,
-            request,
-        )
+        let objects = served_objects(&watched.cache, &request.api_version, &request.kind)?;
+        list_of(&objects, request)
     }
 
     fn get(&self, request: &GetRequest) -> Result<Vec<u8>, String> {

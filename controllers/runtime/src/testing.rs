@@ -128,6 +128,7 @@ struct State {
     seen: Vec<Seen>,
     /// (method, plural) pairs answered 403, as a quota or RBAC refuses.
     refused: Vec<(String, String)>,
+    /// (method, plural) pairs, each answered 409 once.
     conflicts: Vec<(String, String)>,
 }
 
@@ -331,14 +332,14 @@ impl FakeApi {
             .subresource
             .as_ref()
             .map(|sub| format!("{}/{sub}", target.plural));
-        let refused = |(m, p): &(String, String)| {
+        let aimed_here = |(m, p): &(String, String)| {
             m == method && (*p == target.plural || Some(p) == status_path.as_ref())
         };
-        if state.refused.iter().any(refused) {
+        if state.refused.iter().any(aimed_here) {
             let message = format!("{method} {}: exceeded quota", target.plural);
             return failure(403, "Forbidden", &message);
         }
-        if let Some(index) = state.conflicts.iter().position(refused) {
+        if let Some(index) = state.conflicts.iter().position(aimed_here) {
             state.conflicts.remove(index);
             let message = "the object has been modified; please apply your changes to the latest version and try again";
             return failure(409, "Conflict", message);
